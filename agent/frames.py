@@ -1,0 +1,48 @@
+"""Our frames: the only interface between our processors besides Pipecat's own frames."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipecat.frames.frames import DataFrame, SystemFrame
+
+
+@dataclass
+class TimelineEventFrame(SystemFrame):
+    """A turn-timeline event (a name from timing.timeline.EVENTS) measured where it happened.
+
+    ``at_ms`` is on the call clock. ``exact`` events (replay knows speech bounds exactly)
+    win over estimates (a live VAD's stop time minus its stop window).
+    """
+
+    event: str = ""
+    at_ms: float = 0.0
+    exact: bool = True
+
+
+@dataclass
+class LLMUsageFrame(SystemFrame):
+    """Token accounting of one LLM answer, for the turn record."""
+
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    completion_tokens: int | None = None
+    itl_ms: float | None = None
+    error: str | None = None
+
+
+@dataclass
+class PhraseFrame(DataFrame):
+    """A speakable phrase handed to the synthesiser (already normalised for speech)."""
+
+    text: str = ""
+
+
+@dataclass
+class NoReplyFrame(SystemFrame):
+    """The user turn ended without anything to answer (empty transcript); pushed upstream."""
+
+
+@dataclass
+class SpeechPausedFrame(SystemFrame):
+    """The VAD just heard silence inside a turn (before its stop window confirms a stop)."""

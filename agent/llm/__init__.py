@@ -1,0 +1,1 @@
+"""The language-model stage: prompt layout, engines and the streaming client."""

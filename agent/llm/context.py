@@ -1,0 +1,69 @@
+"""The conversation context: user turns in from recognition, spoken bot text back from output.
+
+``UserTurnAggregator`` (after recognition) adds each final transcript as a user message and
+asks the LLM for an answer; an empty transcript asks for nothing and says so upstream.
+``SpokenTextAggregator`` (after the output transport) adds what the bot actually said:
+only phrases whose audio was written reach it, so after a barge-in the context holds the
+spoken part, not what the model wrote.
+"""
+
+from __future__ import annotations
+
+from pipecat.frames.frames import (
+    Frame,
+    InterruptionFrame,
+    LLMContextFrame,
+    LLMFullResponseEndFrame,
+    LLMFullResponseStartFrame,
+    TranscriptionFrame,
+    TTSTextFrame,
+)
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+
+from agent.frames import NoReplyFrame
+
+
+class UserTurnAggregator(FrameProcessor):
+    """Final transcript -> user message in the context -> LLMContextFrame."""
+
+    def __init__(self, context: LLMContext) -> None:
+        super().__init__()
+        self._context = context
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        if not isinstance(frame, TranscriptionFrame):
+            await self.push_frame(frame, direction)
+            return
+        text = frame.text.strip()
+        if not any(ch.isalnum() for ch in text):
+            await self.push_frame(NoReplyFrame(), FrameDirection.UPSTREAM)
+            return
+        self._context.add_message({"role": "user", "content": text})
+        await self.push_frame(frame, direction)
+        await self.push_frame(LLMContextFrame(context=self._context))
+
+
+class SpokenTextAggregator(FrameProcessor):
+    """Adds the bot's spoken text to the context when an answer ends or is cut off."""
+
+    def __init__(self, context: LLMContext) -> None:
+        super().__init__()
+        self._context = context
+        self._spoken: list[str] | None = None
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        if isinstance(frame, LLMFullResponseStartFrame):
+            self._spoken = []
+        elif isinstance(frame, TTSTextFrame) and self._spoken is not None:
+            self._spoken.append(frame.text)
+        elif isinstance(frame, LLMFullResponseEndFrame | InterruptionFrame):
+            self._commit()
+        await self.push_frame(frame, direction)
+
+    def _commit(self) -> None:
+        if self._spoken:
+            self._context.add_message({"role": "assistant", "content": " ".join(self._spoken)})
+        self._spoken = None

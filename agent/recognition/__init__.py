@@ -1,0 +1,1 @@
+"""Voice activity, end-of-turn detection and streaming speech recognition."""

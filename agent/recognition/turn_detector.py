@@ -1,0 +1,144 @@
+"""End of turn: Silero VAD with a short stop window, Smart Turn v3, a maximum-silence fallback.
+
+Frames out (audio passes straight through first, so recognition never waits on us):
+- ``UserStartedSpeakingFrame`` when a turn opens (and an interruption if the bot is talking);
+- ``SpeechPausedFrame`` the moment the VAD hears silence (recognition starts its
+  speculative final pass), ``VADUserStartedSpeakingFrame`` if speech resumes in the turn;
+- ``VADUserStoppedSpeakingFrame`` when the stop window has passed;
+- ``UserStoppedSpeakingFrame`` (``turn_end``) once Smart Turn calls the turn complete, or
+  the silence reaches ``max_silence_secs``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
+from pipecat.audio.vad.silero import SileroVADAnalyzer
+from pipecat.audio.vad.vad_analyzer import VADParams, VADState
+from pipecat.frames.frames import (
+    BotStartedSpeakingFrame,
+    BotStoppedSpeakingFrame,
+    Frame,
+    InputAudioRawFrame,
+    UserStartedSpeakingFrame,
+    UserStoppedSpeakingFrame,
+    VADUserStartedSpeakingFrame,
+    VADUserStoppedSpeakingFrame,
+)
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+
+from agent.clock import CallClock
+from agent.frames import SpeechPausedFrame, TimelineEventFrame
+from agent.settings import TurnSettings
+
+SMART_TURN_MAX_SECS = 8
+
+
+class TurnDetector(FrameProcessor):
+    """Decides when the caller starts and finishes a turn."""
+
+    def __init__(self, settings: TurnSettings, clock: CallClock, *, rate: int) -> None:
+        super().__init__()
+        self._settings = settings
+        self._clock = clock
+        self._rate = rate
+        self._vad = SileroVADAnalyzer(
+            sample_rate=rate,
+            params=VADParams(
+                confidence=settings.vad_confidence,
+                start_secs=settings.vad_start_secs,
+                stop_secs=settings.vad_stop_secs,
+            ),
+        )
+        self._smart_turn = LocalSmartTurnAnalyzerV3() if settings.smart_turn else None
+        self._state = VADState.QUIET
+        self._in_turn = False
+        self._bot_speaking = False
+        self._turn_audio = bytearray()
+        self._silence_started: float | None = None
+        self._decision: asyncio.Task | None = None
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        await self.push_frame(frame, direction)
+        if isinstance(frame, BotStartedSpeakingFrame):
+            self._bot_speaking = True
+        elif isinstance(frame, BotStoppedSpeakingFrame):
+            self._bot_speaking = False
+        elif isinstance(frame, InputAudioRawFrame):
+            await self._on_audio(frame.audio)
+
+    async def _on_audio(self, pcm: bytes) -> None:
+        if self._in_turn:
+            self._turn_audio += pcm
+            limit = SMART_TURN_MAX_SECS * self._rate * 2
+            if len(self._turn_audio) > limit:
+                del self._turn_audio[: len(self._turn_audio) - limit]
+        state = await self._vad.analyze_audio(pcm)
+        previous, self._state = self._state, state
+        if state == previous:
+            return
+        if state == VADState.SPEAKING and previous != VADState.STOPPING:
+            await self._speech_started()
+        elif state == VADState.SPEAKING:  # STOPPING -> SPEAKING: only a short dip
+            await self._speech_resumed()
+        elif state == VADState.STOPPING:
+            self._silence_started = self._clock.now_ms()
+            await self.push_frame(SpeechPausedFrame())
+        elif state == VADState.QUIET and previous == VADState.STOPPING:
+            await self._speech_stopped()
+
+    async def _speech_started(self) -> None:
+        now = self._clock.now_ms()
+        start = round(now - self._settings.vad_start_secs * 1000, 1)
+        await self._cancel_decision()
+        if self._in_turn:
+            await self._speech_resumed()
+            return
+        self._in_turn = True
+        await self.push_frame(TimelineEventFrame(event="speech_start", at_ms=start, exact=False))
+        if self._bot_speaking:
+            await self.broadcast_interruption()
+        await self.broadcast_frame(UserStartedSpeakingFrame)
+
+    async def _speech_resumed(self) -> None:
+        self._silence_started = None
+        await self._cancel_decision()
+        await self.push_frame(VADUserStartedSpeakingFrame())
+
+    async def _speech_stopped(self) -> None:
+        if not self._in_turn:
+            return
+        stopped_at = self._silence_started or self._clock.now_ms()
+        await self.push_frame(TimelineEventFrame(event="speech_end", at_ms=stopped_at, exact=False))
+        await self.push_frame(VADUserStoppedSpeakingFrame(stop_secs=self._settings.vad_stop_secs))
+        self._decision = self.create_task(self._decide_end_of_turn(stopped_at))
+
+    async def _decide_end_of_turn(self, silence_started_ms: float) -> None:
+        if self._smart_turn is not None:
+            audio = np.frombuffer(bytes(self._turn_audio), dtype=np.int16)
+            complete = await asyncio.to_thread(self._is_complete, audio)
+            if complete:
+                await self._end_turn()
+                return
+        waited = (self._clock.now_ms() - silence_started_ms) / 1000
+        await asyncio.sleep(max(0.0, self._settings.max_silence_secs - waited))
+        await self._end_turn()
+
+    def _is_complete(self, audio: np.ndarray) -> bool:
+        assert self._smart_turn is not None
+        result = self._smart_turn._predict_endpoint(audio.astype(np.float32) / 32768.0)
+        return result["prediction"] == 1
+
+    async def _end_turn(self) -> None:
+        self._in_turn = False
+        self._turn_audio.clear()
+        self._decision = None
+        await self.broadcast_frame(UserStoppedSpeakingFrame)
+
+    async def _cancel_decision(self) -> None:
+        if self._decision is not None:
+            await self.cancel_task(self._decision)
+            self._decision = None

@@ -1,0 +1,125 @@
+"""One Whisper pass over the audio actually present, never padded to 30 s.
+
+faster-whisper's ``transcribe()`` always encodes a 30 s window (about 480 ms for tiny.en on
+two cores). CTranslate2 accepts shorter mel windows, so we encode the utterance plus a
+little trailing silence, and decode greedily with timestamp tokens. On a short window
+Whisper tends to start the utterance over after its end; the timestamps let us cut that
+repeat off: segments that begin at the end of the audio, and text from the point where
+the utterance starts over, are dropped.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import ctranslate2
+import numpy as np
+from faster_whisper import WhisperModel
+from faster_whisper.tokenizer import Tokenizer
+
+RATE = 16000
+TRAILING_PAD_SECS = 0.5
+MAX_WINDOW_SECS = 30.0
+TOKENS_PER_SEC = 6
+SECS_PER_TIMESTAMP = 0.02
+
+
+@dataclass
+class Segment:
+    start: float
+    end: float
+    tokens: list[int]
+    text: str
+
+
+@dataclass
+class Pass:
+    """The result of one pass: its text, its segments and how much audio it covered."""
+
+    text: str
+    audio_secs: float
+    segments: list[Segment]
+
+
+def _words(text: str) -> list[str]:
+    return re.sub(r"[^a-z0-9' ]", " ", text.lower()).split()
+
+
+def restart_index(words: list[str], n: int = 3) -> int | None:
+    """Index where the first ``n`` words come round again (Whisper starting over), if any."""
+    head = words[:n]
+    if len(head) < n:
+        return None
+    for i in range(1, len(words) - n + 1):
+        if words[i : i + n] == head:
+            return i
+    return None
+
+
+class WhisperDecoder:
+    """A CTranslate2 Whisper model run on short, unpadded windows."""
+
+    def __init__(
+        self, model_dir: Path, *, compute_type: str, threads: int, language: str | None
+    ) -> None:
+        self.model = WhisperModel(
+            str(model_dir), device="cpu", compute_type=compute_type, cpu_threads=threads
+        )
+        multilingual = self.model.model.is_multilingual
+        self.tokenizer = Tokenizer(
+            self.model.hf_tokenizer,
+            multilingual,
+            task="transcribe",
+            language=(language or "en") if multilingual else "en",
+        )
+        self._ts_begin = self.tokenizer.timestamp_begin
+
+    def transcribe(self, audio: np.ndarray) -> Pass:
+        """Transcribe float32 16 kHz audio (at most 30 s of it is used)."""
+        secs = len(audio) / RATE
+        window = min(MAX_WINDOW_SECS, secs + TRAILING_PAD_SECS)
+        padded = np.zeros(int(window * RATE), dtype=np.float32)
+        padded[: min(len(audio), len(padded))] = audio[: len(padded)]
+        mel = self.model.feature_extractor(padded, padding=0)[:, : int(window * 100)]
+        encoded = self.model.model.encode(
+            ctranslate2.StorageView.from_array(np.ascontiguousarray(mel[None])), to_cpu=False
+        )
+        result = self.model.model.generate(
+            encoded,
+            [self.tokenizer.sot_sequence],
+            beam_size=1,
+            max_length=int(secs * TOKENS_PER_SEC) + 16,
+            suppress_blank=True,
+            suppress_tokens=[-1],
+        )
+        return self._parse(result[0].sequences_ids[0], secs)
+
+    def _parse(self, ids: list[int], secs: float) -> Pass:
+        segments: list[Segment] = []
+        start, current = 0.0, []
+        for tok in ids:
+            if tok == self.tokenizer.eot:
+                break
+            if tok >= self._ts_begin:
+                stamp = (tok - self._ts_begin) * SECS_PER_TIMESTAMP
+                if current:
+                    segments.append(Segment(start, stamp, current, self.tokenizer.decode(current)))
+                    current = []
+                start = stamp
+            else:
+                current.append(tok)
+        if current:
+            segments.append(Segment(start, secs, current, self.tokenizer.decode(current)))
+        kept: list[Segment] = []
+        for seg in segments:
+            if not _words(seg.text) or seg.start >= secs - 0.3:
+                continue
+            kept.append(seg)
+        text = "".join(seg.text for seg in kept)
+        words = text.split()
+        cut = restart_index(_words(text))
+        if cut is not None and len(_words(text)) == len(words):
+            text = " ".join(words[:cut])
+        return Pass(text=text.strip(), audio_secs=secs, segments=kept)

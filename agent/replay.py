@@ -1,0 +1,69 @@
+"""``voice-agent replay``: recorded turns through one call, at real-time pace, timed.
+
+Writes the replay contract of DESIGN.md: ``turns.jsonl``, ``call.wav`` and ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pipecat.pipeline.worker import PipelineParams, PipelineWorker
+from pipecat.workers.runner import WorkerRunner
+
+from agent.audio import load_audio
+from agent.clock import CallClock, CallRecorder
+from agent.pipeline import AgentModels, LLMEndpoint, build_pipeline
+from agent.settings import Settings
+from agent.timing.budget import Budget
+from agent.timing.summary import summarize
+from agent.timing.turn_timer import TurnTimer
+from agent.transports.replay import ReplayInput, ReplayTurn, SimulatedSpeakerOutput
+
+
+def load_turns(inputs: list[Path], rate: int) -> list[ReplayTurn]:
+    """All inputs read and checked before the call starts (a bad one fails fast)."""
+    return [ReplayTurn(name=str(p), samples=load_audio(p, rate)) for p in inputs]
+
+
+async def replay_call(
+    turns: list[ReplayTurn],
+    out_dir: Path,
+    *,
+    settings: Settings,
+    models: AgentModels,
+    endpoint: LLMEndpoint,
+    budget: Budget,
+) -> dict[str, Any]:
+    """Play the turns through one call and write the run's files; returns the summary."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rate = settings.sample_rate
+    clock = CallClock()
+    recorder = CallRecorder(rate)
+    transport_in = ReplayInput(turns, clock, recorder, rate=rate)
+    transport_out = SimulatedSpeakerOutput(clock, recorder, rate=rate)
+    pipeline = build_pipeline(
+        transport_in, transport_out, models=models, endpoint=endpoint, settings=settings,
+        clock=clock,
+    )  # fmt: skip
+    timer = TurnTimer(clock, budget, inputs=[t.name for t in turns])
+    worker = PipelineWorker(
+        pipeline,
+        params=PipelineParams(audio_in_sample_rate=rate, audio_out_sample_rate=rate),
+        observers=[timer],
+        idle_timeout_secs=None,
+        enable_rtvi=False,
+    )
+    runner = WorkerRunner(handle_sigint=False)
+    runner.add_workers(worker)
+    await runner.run()
+
+    records = timer.records()
+    with (out_dir / "turns.jsonl").open("w") as fh:
+        for record in records:
+            fh.write(json.dumps(record) + "\n")
+    recorder.save(out_dir / "call.wav")
+    summary = summarize(records, budget)
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary

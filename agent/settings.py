@@ -1,0 +1,176 @@
+"""All settings in one typed object.
+
+Precedence, highest first: CLI flags (passed as init values), environment variables
+(``VOICE_AGENT_...``, nested with ``__``, e.g. ``VOICE_AGENT_LLM__BASE_URL``), a YAML config
+file (``--config`` or ``VOICE_AGENT_CONFIG``), then the defaults, which work offline.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import AliasChoices, BaseModel, Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from agent.errors import UserError
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+SYSTEM_PROMPT = (
+    "You are a friendly voice assistant on a phone call. Answer in one or two short spoken "
+    "sentences. Use plain words only: no lists, no markdown, no emoji."
+)
+
+
+def _default_models_dir() -> Path:
+    """The checkout's models/ folder when running from a checkout, else a per-user cache."""
+    if (PROJECT_ROOT / "pyproject.toml").exists():
+        return PROJECT_ROOT / "models"
+    return Path.home() / ".cache" / "voice-agent" / "models"
+
+
+class ASRSettings(BaseModel):
+    """Streaming speech recognition (faster-whisper / CTranslate2)."""
+
+    model: str = Field(
+        "whisper-tiny.en",
+        description="a default model name (whisper-tiny.en, whisper-base) or a CTranslate2 dir",
+    )
+    language: str | None = "en"
+    compute_type: str = "int8"
+    threads: int = Field(2, ge=1)
+    interim_interval_ms: int = Field(400, ge=100, description="run a pass every N ms of new speech")
+    pre_roll_ms: int = Field(300, ge=0, description="audio kept before the VAD start")
+
+
+class TurnSettings(BaseModel):
+    """Voice activity and end-of-turn detection."""
+
+    vad_start_secs: float = Field(0.15, ge=0.02)
+    vad_stop_secs: float = Field(0.2, ge=0.05, description="VAD silence before speech 'stops'")
+    vad_confidence: float = Field(0.6, gt=0, lt=1)
+    smart_turn: bool = Field(True, description="ask Smart Turn v3 whether the turn is complete")
+    max_silence_secs: float = Field(
+        1.2, gt=0, description="silence after which the turn ends whatever the detector says"
+    )
+
+
+class LLMSettings(BaseModel):
+    """The language model and the engine that serves it."""
+
+    engine: Literal["llama-server", "openai"] = Field(
+        "llama-server",
+        description="llama-server: the agent starts llama.cpp on loopback; "
+        "openai: any OpenAI-compatible base_url (vLLM, another server)",
+    )
+    model: str = Field(
+        "smollm2-135m", description="default model name or GGUF path; for openai, the model id"
+    )
+    base_url: str | None = Field(None, description="OpenAI-compatible URL (engine=openai)")
+    api_key: str = "not-needed"
+    threads: int = Field(2, ge=1)
+    context_size: int = Field(2048, ge=256)
+    max_tokens: int = Field(48, ge=1, description="spoken answers are short")
+    temperature: float = Field(0.2, ge=0)
+    history_turns: int = Field(4, ge=0, description="user/assistant pairs kept in the prompt")
+    system_prompt: str = SYSTEM_PROMPT
+    timeout_secs: float = Field(8.0, gt=0)
+    keepalive_secs: float = Field(
+        20.0, ge=0, description="ping the engine when idle so its pages stay warm; 0 disables"
+    )
+
+
+class TTSSettings(BaseModel):
+    """Phrase chunking and Piper synthesis."""
+
+    voice: str = Field("piper-joe-medium", description="default voice name or a Piper .onnx")
+    first_phrase_min_words: int = Field(3, ge=1)
+    phrase_min_words: int = Field(6, ge=1)
+    length_scale: float = Field(1.0, gt=0)
+
+
+class Settings(BaseSettings):
+    """Effective settings of one agent process."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="VOICE_AGENT_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        populate_by_name=True,
+    )
+
+    models_dir: Path = Field(
+        default_factory=_default_models_dir,
+        validation_alias=AliasChoices("models_dir", "VOICE_AGENT_MODELS"),
+    )
+    budget_file: Path = PROJECT_ROOT / "latency_budget.yaml"
+    budget_profile: str | None = None
+    sample_rate: int = Field(16000, description="pipeline audio rate (input and output)")
+    asr: ASRSettings = ASRSettings()
+    turn: TurnSettings = TurnSettings()
+    llm: LLMSettings = LLMSettings()
+    tts: TTSSettings = TTSSettings()
+
+    @field_validator("models_dir", "budget_file", mode="after")
+    @classmethod
+    def _expand(cls, value: Path) -> Path:
+        return value.expanduser()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, env_settings, _ConfigFileSource(settings_cls)
+
+
+class _ConfigFileSource(PydanticBaseSettingsSource):
+    """Values from the YAML file named by VOICE_AGENT_CONFIG (set by ``--config``)."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        path = os.environ.get("VOICE_AGENT_CONFIG")
+        if not path:
+            return {}
+        return read_config_file(Path(path))
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """Parse a YAML config file, turning every problem into one clear line."""
+    if not path.is_file():
+        raise UserError(f"config file {path} not found: pass an existing YAML file to --config")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise UserError(f"config file {path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"config file {path} must hold a mapping of settings")
+    return data
+
+
+def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
+    """Build the settings, reporting validation errors as one line each."""
+    if config is not None:
+        os.environ["VOICE_AGENT_CONFIG"] = str(config)
+    try:
+        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+        )
+        raise UserError(
+            f"bad settings ({problems}): fix the config file, environment or flag"
+        ) from None

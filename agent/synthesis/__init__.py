@@ -1,0 +1,1 @@
+"""Token stream -> speakable phrases -> Piper audio."""

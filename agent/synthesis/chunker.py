@@ -1,0 +1,90 @@
+"""Phrase chunker: the LLM's token stream -> speakable phrases, the first as early as it can be.
+
+The first phrase of an answer is released at the first clause boundary or once it has
+``first_min_words`` complete words, whichever comes first. Later phrases wait for a
+sentence end, or a clause boundary after ``min_words`` words, so prosody stays natural.
+A word counts as complete only once the next token has begun (it may still grow).
+"""
+
+from __future__ import annotations
+
+import re
+
+from pipecat.frames.frames import (
+    Frame,
+    InterruptionFrame,
+    LLMFullResponseEndFrame,
+    LLMFullResponseStartFrame,
+    LLMTextFrame,
+)
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+
+from agent.frames import PhraseFrame
+from agent.synthesis.speakable import speakable
+
+SENTENCE_END = re.compile(r"[.!?]+[\"')\]]*(?=\s)")
+CLAUSE_END = re.compile(r"[,;:\u2014]+(?=\s)|\s[-\u2013]\s")
+# Abbreviations whose dot does not end a sentence.
+NOT_AN_END = re.compile(r"\b(?:Dr|Mr|Mrs|Ms|St|vs|etc|e\.g|i\.e|approx)\.$", re.I)
+
+
+def split_phrase(buffer: str, first: bool, first_min_words: int, min_words: int) -> int | None:
+    """Where the next phrase ends in ``buffer`` (an index), or None to wait for more text."""
+    for m in SENTENCE_END.finditer(buffer):
+        if not NOT_AN_END.search(buffer[: m.end()]) and not _inside_number(buffer, m.start()):
+            return m.end()
+    words_needed = first_min_words if first else min_words
+    for m in CLAUSE_END.finditer(buffer):
+        if first or len(buffer[: m.start()].split()) >= words_needed:
+            return m.end()
+    if first:
+        complete = list(re.finditer(r"\S+(?=\s)", buffer))
+        if len(complete) >= words_needed:
+            return complete[words_needed - 1].end()
+    return None
+
+
+def _inside_number(buffer: str, i: int) -> bool:
+    return 0 < i < len(buffer) - 1 and buffer[i - 1].isdigit() and buffer[i + 1].isdigit()
+
+
+class PhraseChunker(FrameProcessor):
+    """Turns LLMTextFrames into PhraseFrames; everything else passes through."""
+
+    def __init__(self, *, first_min_words: int, min_words: int) -> None:
+        super().__init__()
+        self._first_min_words = first_min_words
+        self._min_words = min_words
+        self._buffer = ""
+        self._first = True
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        if isinstance(frame, LLMTextFrame):
+            self._buffer += frame.text
+            await self._release()
+        elif isinstance(frame, LLMFullResponseStartFrame):
+            self._buffer, self._first = "", True
+            await self.push_frame(frame, direction)
+        elif isinstance(frame, LLMFullResponseEndFrame):
+            await self._emit(self._buffer)
+            self._buffer = ""
+            await self.push_frame(frame, direction)
+        elif isinstance(frame, InterruptionFrame):
+            self._buffer, self._first = "", True
+            await self.push_frame(frame, direction)
+        else:
+            await self.push_frame(frame, direction)
+
+    async def _release(self) -> None:
+        while (end := split_phrase(
+            self._buffer, self._first, self._first_min_words, self._min_words
+        )) is not None:  # fmt: skip
+            phrase, self._buffer = self._buffer[:end], self._buffer[end:]
+            await self._emit(phrase)
+
+    async def _emit(self, text: str) -> None:
+        spoken = speakable(text)
+        if any(ch.isalnum() for ch in spoken):
+            self._first = False
+            await self.push_frame(PhraseFrame(text=spoken))

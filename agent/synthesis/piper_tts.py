@@ -1,0 +1,107 @@
+"""Piper TTS for Pipecat: a local voice file, synthesis off the event loop, phrase by phrase.
+
+Phrases are synthesised in order on one worker thread while earlier ones play. Each
+phrase's audio is resampled to the pipeline rate (soxr) and pushed as soon as it is ready,
+followed by its ``TTSTextFrame``; the output transport releases that text only once the
+audio before it has been written, so the assistant context holds what was actually spoken.
+A barge-in drops the queued phrases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import soxr
+from pipecat.frames.frames import (
+    CancelFrame,
+    EndFrame,
+    Frame,
+    InterruptionFrame,
+    LLMFullResponseEndFrame,
+    TTSAudioRawFrame,
+    TTSStartedFrame,
+    TTSStoppedFrame,
+    TTSTextFrame,
+)
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+from piper import PiperVoice, SynthesisConfig
+
+from agent.frames import PhraseFrame
+
+
+class PiperVoiceModel:
+    """A loaded Piper voice that synthesises one phrase to int16 audio at a target rate."""
+
+    def __init__(self, voice_path: Path, *, length_scale: float = 1.0) -> None:
+        self.voice = PiperVoice.load(str(voice_path))
+        self.rate = self.voice.config.sample_rate
+        self._config = SynthesisConfig(length_scale=length_scale)
+
+    def synthesize(self, text: str, out_rate: int) -> np.ndarray:
+        chunks = [c.audio_int16_array for c in self.voice.synthesize(text, self._config)]
+        if not chunks:
+            return np.zeros(0, dtype=np.int16)
+        audio = np.concatenate(chunks)
+        if self.rate != out_rate:
+            audio = soxr.resample(audio, self.rate, out_rate, quality="HQ")
+        return audio.astype(np.int16)
+
+
+class PiperTTS(FrameProcessor):
+    """PhraseFrames in, TTSAudioRawFrames out, in phrase order."""
+
+    def __init__(self, voice: PiperVoiceModel, *, rate: int) -> None:
+        super().__init__()
+        self._voice = voice
+        self._rate = rate
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="piper")
+        self._queue: asyncio.Queue[Frame] = asyncio.Queue()
+        self._worker: asyncio.Task | None = None
+        self._speaking = False
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        if isinstance(frame, PhraseFrame | LLMFullResponseEndFrame):
+            if self._worker is None:
+                self._worker = self.create_task(self._work())
+            await self._queue.put(frame)
+            return
+        if isinstance(frame, InterruptionFrame | EndFrame | CancelFrame):
+            await self._drop_queue()
+        await self.push_frame(frame, direction)
+
+    async def _drop_queue(self) -> None:
+        if self._worker is not None:
+            await self.cancel_task(self._worker)
+            self._worker = None
+        self._queue = asyncio.Queue()
+        self._speaking = False
+
+    async def _work(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            frame = await self._queue.get()
+            if isinstance(frame, LLMFullResponseEndFrame):
+                if self._speaking:
+                    await self.push_frame(TTSStoppedFrame())
+                    self._speaking = False
+                await self.push_frame(frame)
+                continue
+            assert isinstance(frame, PhraseFrame)
+            audio = await loop.run_in_executor(
+                self._executor, self._voice.synthesize, frame.text, self._rate
+            )
+            if not self._speaking:
+                await self.push_frame(TTSStartedFrame())
+                self._speaking = True
+            await self.push_frame(
+                TTSAudioRawFrame(audio=audio.tobytes(), sample_rate=self._rate, num_channels=1)
+            )
+            await self.push_frame(TTSTextFrame(text=frame.text, text_type="sentence"))
+
+    async def cleanup(self) -> None:
+        await super().cleanup()
+        self._executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,1 @@
+"""Turn timeline, stage durations, budgets and summaries (names fixed by DESIGN.md)."""

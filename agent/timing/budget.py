@@ -1,0 +1,110 @@
+"""The latency budget (latency_budget.yaml): validated on load, checked per turn and per run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from agent.errors import UserError
+from agent.timing.timeline import STAGE_NAMES
+
+Percentile = Literal["p50", "p95"]
+
+
+class StageBudget(BaseModel):
+    """Limits in ms for one stage, at the percentiles QA checks."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    p50: float | None = Field(None, gt=0)
+    p95: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> StageBudget:
+        if self.p50 is None and self.p95 is None:
+            raise ValueError("give p50 and/or p95")
+        return self
+
+    @property
+    def ceiling(self) -> float:
+        """The per-turn limit: the p95 budget (or p50 when only that is given)."""
+        return self.p95 if self.p95 is not None else self.p50  # type: ignore[return-value]
+
+
+class Budget(BaseModel):
+    """One profile: a StageBudget per stage name."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    stages: dict[str, StageBudget]
+
+    @model_validator(mode="after")
+    def _known_stages(self) -> Budget:
+        unknown = sorted(set(self.stages) - set(STAGE_NAMES))
+        if unknown:
+            raise ValueError(
+                f"unknown stage(s) {', '.join(unknown)}; known: {', '.join(STAGE_NAMES)}"
+            )
+        if "voice_to_voice" not in self.stages:
+            raise ValueError("voice_to_voice must have a budget")
+        return self
+
+    def turn_verdicts(self, stages: dict[str, float | None]) -> dict[str, str | None]:
+        """'pass'/'fail' per budgeted stage of one turn (None when the stage did not happen)."""
+        out: dict[str, str | None] = {}
+        for name, limit in self.stages.items():
+            value = stages.get(name)
+            out[name] = None if value is None else ("pass" if value <= limit.ceiling else "fail")
+        return out
+
+    def check(self, values: dict[str, list[float]]) -> list[str]:
+        """One line per violated limit over a run's turns (empty when within budget)."""
+        problems = []
+        for name, limit in self.stages.items():
+            xs = values.get(name) or []
+            if not xs:
+                continue
+            for pct, bound in (("p50", limit.p50), ("p95", limit.p95)):
+                if bound is None:
+                    continue
+                got = percentile(xs, int(pct[1:]))
+                if got > bound:
+                    problems.append(
+                        f"{name} {pct} {got:.0f} ms > budget {bound:.0f} ms ({len(xs)} turns)"
+                    )
+        return problems
+
+
+def percentile(values: list[float], q: int) -> float:
+    return float(np.percentile(np.asarray(values, dtype=float), q, method="linear"))
+
+
+def load_budget(path: Path, profile: str | None = None) -> Budget:
+    """Read one profile of a budget file; every problem becomes one clear UserError line."""
+    where = f"budget file {path}"
+    if not path.is_file():
+        raise UserError(f"{where} not found: pass --budget FILE or restore latency_budget.yaml")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise UserError(f"{where} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("profiles"), dict):
+        raise UserError(f"{where} must have a `profiles:` mapping of profile -> stage budgets")
+    name = profile or data.get("default") or next(iter(data["profiles"]), None)
+    if name not in data["profiles"]:
+        known = ", ".join(map(str, data["profiles"])) or "none"
+        raise UserError(f"{where} has no profile '{name}' (profiles: {known})")
+    stages = data["profiles"][name]
+    if not isinstance(stages, dict):
+        raise UserError(f"{where}: profile '{name}' must map stage names to {{p50, p95}}")
+    try:
+        return Budget(name=str(name), stages=stages)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        raise UserError(f"{where}, profile '{name}': {loc}: {err['msg']}") from None

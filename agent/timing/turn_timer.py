@@ -1,0 +1,170 @@
+"""Per-stage turn timer: a Pipecat observer that turns frames into turn records.
+
+It sees every push of every frame; each frame is counted once (its first push, which is
+the moment its producer released it). User-side events open and fill a turn; bot-side
+events belong to the latest turn whose end has been decided, so a barge-in's interruption
+lands on the turn that was being answered, not on the new one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipecat.frames.frames import (
+    LLMTextFrame,
+    TranscriptionFrame,
+    TTSAudioRawFrame,
+    UserStoppedSpeakingFrame,
+)
+from pipecat.observers.base_observer import BaseObserver, FramePushed
+
+from agent.clock import CallClock
+from agent.frames import LLMUsageFrame, PhraseFrame, TimelineEventFrame
+from agent.timing.budget import Budget
+from agent.timing.timeline import EVENTS, stages_and_gaps
+
+USER_EVENTS = {"speech_start", "speech_end", "turn_end", "stt_final"}
+WATCHED = (
+    TimelineEventFrame,
+    UserStoppedSpeakingFrame,
+    TranscriptionFrame,
+    LLMTextFrame,
+    PhraseFrame,
+    TTSAudioRawFrame,
+    LLMUsageFrame,
+)
+LAST_WINS = {"bot_audio_end"}
+
+
+@dataclass
+class Turn:
+    """What one user turn and its answer produced, as it happens."""
+
+    number: int
+    input: str | None = None
+    user_text: str = ""
+    bot_text: str = ""
+    events: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(EVENTS))
+    exact: set[str] = field(default_factory=set)
+    llm: dict[str, Any] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+    def record(self, budget: Budget | None) -> dict[str, Any]:
+        """The turn record of the replay contract (DESIGN.md)."""
+        stages, gaps, lead = stages_and_gaps(self.events)
+        return {
+            "turn": self.number,
+            "input": self.input,
+            "user_text": self.user_text.strip(),
+            "bot_text": " ".join(self.bot_text.split()),
+            "events": dict(self.events),
+            "stages": stages,
+            "gaps": gaps,
+            "stt_lead_ms": lead,
+            "voice_to_voice_ms": stages["voice_to_voice"],
+            "llm": self.llm,
+            "budget": budget.turn_verdicts(stages) if budget else {},
+            "interrupted": self.events["interrupted"] is not None,
+            "errors": self.errors,
+        }
+
+
+class TurnTimer(BaseObserver):
+    """Collects turn records from the frames of one call."""
+
+    def __init__(
+        self,
+        clock: CallClock,
+        budget: Budget | None = None,
+        *,
+        inputs: list[str] | None = None,
+        on_turn: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        super().__init__()
+        self._clock = clock
+        self._budget = budget
+        self._inputs = inputs or []
+        self._on_turn = on_turn
+        self._seen: set[int] = set()
+        self.turns: list[Turn] = []
+        self._emitted = 0
+
+    # -- turn bookkeeping -------------------------------------------------------------------
+
+    def _user_turn(self) -> Turn:
+        """The open user turn, opening a new one when the last one has ended."""
+        if not self.turns or self.turns[-1].events["turn_end"] is not None:
+            self._flush(len(self.turns))
+            number = len(self.turns) + 1
+            source = self._inputs[number - 1] if number <= len(self._inputs) else None
+            self.turns.append(Turn(number=number, input=source))
+        return self.turns[-1]
+
+    def _bot_turn(self) -> Turn | None:
+        for turn in reversed(self.turns):
+            if turn.events["turn_end"] is not None:
+                return turn
+        return None
+
+    def _set(self, event: str, at_ms: float, exact: bool = True) -> None:
+        turn = self._user_turn() if event in USER_EVENTS else self._bot_turn()
+        if turn is None:
+            return
+        have = turn.events[event]
+        if event in LAST_WINS or event == "speech_end" and event not in turn.exact:
+            turn.events[event] = at_ms
+        elif have is None or (exact and event not in turn.exact):
+            turn.events[event] = at_ms
+        if exact:
+            turn.exact.add(event)
+
+    def _flush(self, upto: int) -> None:
+        """Hand finished turns (all but the open one) to ``on_turn``, once each."""
+        while self._emitted < upto:
+            if self._on_turn:
+                self._on_turn(self.turns[self._emitted].record(self._budget))
+            self._emitted += 1
+
+    def records(self) -> list[dict[str, Any]]:
+        """All turn records so far (and hands the rest to ``on_turn``)."""
+        self._flush(len(self.turns))
+        return [t.record(self._budget) for t in self.turns]
+
+    # -- observer ---------------------------------------------------------------------------
+
+    async def on_push_frame(self, data: FramePushed) -> None:
+        frame = data.frame
+        if not isinstance(frame, WATCHED) or frame.id in self._seen:
+            return
+        self._seen.add(frame.id)
+        now = self._clock.now_ms()
+        if isinstance(frame, TimelineEventFrame):
+            self._set(frame.event, frame.at_ms, frame.exact)
+        elif isinstance(frame, UserStoppedSpeakingFrame):
+            self._set("turn_end", now)
+        elif isinstance(frame, TranscriptionFrame):
+            self._user_turn().user_text += frame.text
+        elif isinstance(frame, LLMTextFrame):
+            turn = self._bot_turn()
+            if turn and turn.events["llm_request"] is not None:
+                self._set("llm_first_token", now)
+        elif isinstance(frame, PhraseFrame):
+            self._set("first_phrase", now)
+            turn = self._bot_turn()
+            if turn:
+                turn.bot_text += " " + frame.text
+        elif isinstance(frame, TTSAudioRawFrame):
+            self._set("tts_first_audio", now)
+        elif isinstance(frame, LLMUsageFrame):
+            turn = self._bot_turn()
+            if turn:
+                turn.llm = {
+                    "prompt_tokens": frame.prompt_tokens,
+                    "cached_tokens": frame.cached_tokens,
+                    "completion_tokens": frame.completion_tokens,
+                    "itl_ms": frame.itl_ms,
+                }
+                if frame.error:
+                    turn.errors.append(frame.error)

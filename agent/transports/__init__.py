@@ -1,0 +1,1 @@
+"""Where call audio enters and leaves the pipeline (replayed files, microphone, websockets)."""

@@ -1,0 +1,176 @@
+"""Replay transport: recorded turns in at real-time pace, bot audio out as a speaker would play it.
+
+Input: each file is one user turn, pushed in 20 ms frames on the wall clock. While it waits
+for the bot to answer it keeps pushing silence, like a caller holding the line, and plays the
+next file once the bot has finished (or said it will not answer). The speech bounds of each
+file are found offline, so ``speech_start``/``speech_end`` are exact.
+
+Output: a simulated sound card. Audio written while earlier audio still plays is queued
+behind it; each write blocks until the device has room for it, as a real device would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import numpy as np
+from pipecat.frames.frames import (
+    BotStoppedSpeakingFrame,
+    EndFrame,
+    Frame,
+    InputAudioRawFrame,
+    InterruptionFrame,
+    OutputAudioRawFrame,
+    StartFrame,
+)
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+from pipecat.transports.base_output import BaseOutputTransport
+from pipecat.transports.base_transport import TransportParams
+
+from agent.audio import speech_bounds
+from agent.clock import CallClock, CallRecorder
+from agent.frames import NoReplyFrame, TimelineEventFrame
+
+FRAME_MS = 20
+
+
+@dataclass
+class ReplayTurn:
+    """One recorded user turn, already at the pipeline rate."""
+
+    name: str
+    samples: np.ndarray
+
+
+class ReplayInput(FrameProcessor):
+    """Pushes the recorded turns into the pipeline at real-time pace, one turn at a time."""
+
+    def __init__(
+        self,
+        turns: list[ReplayTurn],
+        clock: CallClock,
+        recorder: CallRecorder,
+        *,
+        rate: int,
+        answer_timeout_secs: float = 30.0,
+        settle_secs: float = 0.5,
+    ) -> None:
+        super().__init__()
+        self._turns = turns
+        self._clock = clock
+        self._recorder = recorder
+        self._rate = rate
+        self._answer_timeout = answer_timeout_secs
+        self._settle_secs = settle_secs
+        self._frame_samples = rate * FRAME_MS // 1000
+        self._answered = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._next_push = 0.0
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        if isinstance(frame, StartFrame):
+            await self.push_frame(frame, direction)
+            self._task = self.create_task(self._play_all())
+            return
+        if isinstance(frame, BotStoppedSpeakingFrame | NoReplyFrame):
+            self._answered.set()
+        if isinstance(frame, EndFrame) and self._task:
+            await self.cancel_task(self._task)
+        if not isinstance(frame, NoReplyFrame):
+            await self.push_frame(frame, direction)
+
+    async def _push_chunk(self, chunk: np.ndarray) -> float:
+        """Push one frame when its time comes; returns the call time it was pushed at."""
+        loop = asyncio.get_running_loop()
+        delay = self._next_push - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        self._next_push = max(self._next_push, loop.time()) + FRAME_MS / 1000
+        at_ms = self._clock.now_ms()
+        pcm = chunk.tobytes()
+        self._recorder.write_user(self._recorder.position(at_ms), pcm)
+        await self.push_frame(InputAudioRawFrame(audio=pcm, sample_rate=self._rate, num_channels=1))
+        return at_ms
+
+    async def _push_silence(self, seconds: float) -> None:
+        silence = np.zeros(self._frame_samples, dtype=np.int16)
+        for _ in range(int(seconds * 1000 / FRAME_MS)):
+            await self._push_chunk(silence)
+
+    async def _play_turn(self, turn: ReplayTurn) -> None:
+        bounds = speech_bounds(turn.samples, self._rate)
+        n = self._frame_samples
+        padded = np.concatenate([turn.samples, np.zeros((-len(turn.samples)) % n, dtype=np.int16)])
+        self._answered.clear()
+        for start in range(0, len(padded), n):
+            at_ms = await self._push_chunk(padded[start : start + n])
+            if bounds is None:
+                continue
+            for event, sample in (("speech_start", bounds[0]), ("speech_end", bounds[1])):
+                if start <= sample < start + n or (event == "speech_end" and sample == start + n):
+                    offset_ms = (sample - start) * 1000 / self._rate
+                    await self.push_frame(
+                        TimelineEventFrame(event=event, at_ms=round(at_ms + offset_ms, 1))
+                    )
+
+    async def _wait_for_answer(self) -> None:
+        """Keep the line open (silence) until the bot finished answering, or gave up."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._answer_timeout
+        while not self._answered.is_set() and loop.time() < deadline:
+            await self._push_silence(FRAME_MS / 1000)
+        await self._push_silence(self._settle_secs)
+
+    async def _play_all(self) -> None:
+        self._next_push = asyncio.get_running_loop().time()
+        await self._push_silence(self._settle_secs)
+        for turn in self._turns:
+            await self._play_turn(turn)
+            await self._wait_for_answer()
+        await self.push_frame(EndFrame())
+
+
+class SimulatedSpeakerOutput(BaseOutputTransport):
+    """Writes bot audio onto the recording's bot channel as a sound card would play it."""
+
+    def __init__(self, clock: CallClock, recorder: CallRecorder, *, rate: int) -> None:
+        super().__init__(
+            TransportParams(audio_out_enabled=True, audio_out_sample_rate=rate),
+        )
+        self._clock = clock
+        self._recorder = recorder
+        self._cursor = 0  # next free sample position on the bot channel
+
+    async def start(self, frame: StartFrame) -> None:
+        await super().start(frame)
+        await self.set_transport_ready(frame)
+
+    async def write_audio_frame(self, frame: OutputAudioRawFrame) -> bool:
+        now_ms = self._clock.now_ms()
+        now = self._recorder.position(now_ms)
+        if self._cursor <= now:
+            # The speaker had gone quiet: this is the first audio of a new stretch of speech.
+            self._cursor = now
+            await self.push_frame(TimelineEventFrame(event="first_audio_out", at_ms=now_ms))
+        self._recorder.write_bot(self._cursor, frame.audio)
+        self._cursor += len(frame.audio) // 2
+        end_ms = self._cursor * 1000 / self.sample_rate
+        await self.push_frame(TimelineEventFrame(event="bot_audio_end", at_ms=round(end_ms, 1)))
+        # Block while more than one chunk is queued in the device, like a real sound card.
+        ahead_secs = (self._cursor - now - len(frame.audio) // 2) / self.sample_rate
+        if ahead_secs > 0:
+            await asyncio.sleep(ahead_secs)
+        return True
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        if isinstance(frame, InterruptionFrame):
+            now_ms = self._clock.now_ms()
+            now = self._recorder.position(now_ms)
+            if self._cursor > now:
+                self._recorder.cut_bot(now)
+                self._cursor = now
+                await self.push_frame(TimelineEventFrame(event="interrupted", at_ms=now_ms))
+                await self.push_frame(TimelineEventFrame(event="bot_audio_end", at_ms=now_ms))
+        await super().process_frame(frame, direction)

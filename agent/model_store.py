@@ -41,15 +41,15 @@ class ModelSpec:
     files: tuple[ModelFile, ...]
     license: str
     default: bool = True
+    entry: str | None = None  # the file loaders open; None: they take the folder
 
     @property
     def source(self) -> str:
         return " + ".join(self.packages)
 
     def path(self, models_dir: Path) -> Path:
-        """The folder (or, for a single-file model, the file) that loaders use."""
         folder = models_dir / self.key
-        return folder / self.files[0].name if len(self.files) == 1 else folder
+        return folder / self.entry if self.entry else folder
 
 
 def _whisper_files(prefix: str, vocabulary: str, hashes: dict[str, str]) -> tuple[ModelFile, ...]:
@@ -129,6 +129,7 @@ MODELS: dict[str, ModelSpec] = {
                 ),
             ),
             license="voice CC0 (model card), package MIT",
+            entry="en_US-joe-medium.onnx",
         ),
         ModelSpec(
             key="smollm2-135m",
@@ -142,6 +143,7 @@ MODELS: dict[str, ModelSpec] = {
                 ),
             ),
             license="Apache-2.0",
+            entry="SmolLM2-135M-Instruct.Q4_1.gguf",
         ),
     )
 }

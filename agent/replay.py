@@ -56,7 +56,7 @@ async def replay_call(
         enable_rtvi=False,
     )
     runner = WorkerRunner(handle_sigint=False)
-    runner.add_workers(worker)
+    await runner.add_workers(worker)
     await runner.run()
 
     records = timer.records()

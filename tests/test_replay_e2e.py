@@ -1,0 +1,119 @@
+"""The replay command end to end: real speech, real models, the real llama.cpp server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from agent.audio import speech_bounds
+from agent.timing.timeline import EVENTS, STAGE_NAMES
+from tests.conftest import SAMPLES, wer
+
+CLIPS = ["new_home_in_the_stars.wav", "ldc93s1.wav"]
+
+
+def voice_agent(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "agent.cli", *args], capture_output=True, text=True, timeout=600
+    )
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    out = tmp_path_factory.mktemp("replay")
+    done = voice_agent("replay", *(str(SAMPLES / c) for c in CLIPS), "--out", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out, done
+
+
+def records(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "turns.jsonl").read_text().splitlines()]
+
+
+def test_turn_records_follow_the_replay_contract(run, manifest):
+    out, done = run
+    turns = records(out)
+    assert [t["turn"] for t in turns] == [1, 2]
+    for turn, clip in zip(turns, CLIPS, strict=True):
+        assert turn["input"].endswith(clip)
+        assert set(turn["events"]) == set(EVENTS)
+        assert set(turn["stages"]) == set(STAGE_NAMES)
+        assert wer(manifest[clip]["text"], turn["user_text"]) <= 0.25, turn["user_text"]
+        assert len(turn["bot_text"].split()) >= 2
+        assert turn["voice_to_voice_ms"] == turn["stages"]["voice_to_voice"] > 0
+        parts = [turn["stages"][n] for n in STAGE_NAMES if n != "voice_to_voice"]
+        assert round(sum(parts) + sum(turn["gaps"].values()), 1) == turn["voice_to_voice_ms"]
+        assert set(turn["budget"]) <= set(STAGE_NAMES)
+        assert turn["interrupted"] is False
+        assert turn["llm"]["completion_tokens"] > 0
+    assert "voice-to-voice p50" in done.stdout
+
+
+def test_summary_has_percentiles_and_a_verdict(run):
+    out, _ = run
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["turns"] == 2 and summary["answered_turns"] == 2
+    v2v = summary["stages"]["voice_to_voice"]
+    assert v2v["n"] == 2 and v2v["p50"] <= v2v["p95"] <= v2v["max"]
+    assert summary["verdict"] in ("pass", "fail")
+    assert summary["budget"]["stages"]["voice_to_voice"]["p95"] == 800
+
+
+def test_call_wav_shows_the_reported_voice_to_voice(run):
+    """From call.wav alone: user speech end (channel 0) -> first bot sample (channel 1)."""
+    out, _ = run
+    audio, rate = sf.read(out / "call.wav", dtype="int16")
+    info = sf.info(out / "call.wav")
+    assert (rate, info.channels, info.subtype) == (16000, 2, "PCM_16")
+    user, bot = audio[:, 0], audio[:, 1]
+    assert np.abs(bot).max() > 1000  # the bot really spoke
+    for turn in records(out):
+        start = int(turn["events"]["speech_start"] * rate / 1000) - rate // 2
+        stop = int(turn["events"]["first_audio_out"] * rate / 1000)
+        bounds = speech_bounds(user[max(0, start) : stop], rate)
+        assert bounds is not None
+        speech_end = (max(0, start) + bounds[1]) / rate * 1000
+        after = np.flatnonzero(bot[int(speech_end * rate / 1000) :])
+        first_bot = int(speech_end * rate / 1000) + after[0]
+        measured = first_bot / rate * 1000 - speech_end
+        assert abs(measured - turn["voice_to_voice_ms"]) <= 30, (measured, turn)
+
+
+def test_check_exits_1_when_the_budget_is_violated(run, tmp_path):
+    tight = tmp_path / "tight.yaml"
+    tight.write_text("profiles: {cpu: {voice_to_voice: {p50: 1, p95: 2}}}\n")
+    done = voice_agent(
+        "replay", str(SAMPLES / "ldc93s1.wav"), "--out", str(tmp_path / "o"),
+        "--check", "--budget", str(tight),
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "over budget: voice_to_voice p50" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda d: d / "nope.wav", "does not exist"),
+        (lambda d: (d / "empty.wav").write_bytes(b"") or d / "empty.wav", "not a readable audio"),
+        (lambda d: (d / "text.wav").write_text("hello") or d / "text.wav", "not a readable audio"),
+        (lambda d: d, "is not a file"),
+    ],
+)
+def test_bad_inputs_exit_2_with_one_line(tmp_path, make, message):
+    done = voice_agent("replay", str(make(tmp_path)), "--out", str(tmp_path / "o"))
+    assert done.returncode == 2
+    assert message in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_zero_samples_wav_is_refused(tmp_path):
+    empty = tmp_path / "silent.wav"
+    sf.write(empty, np.zeros(0, dtype=np.int16), 16000)
+    done = voice_agent("replay", str(empty), "--out", str(tmp_path / "o"))
+    assert done.returncode == 2 and "has no audio samples" in done.stderr

@@ -1,0 +1,58 @@
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from agent.errors import UserError
+from agent.settings import load_settings
+
+
+def test_defaults_work_offline(monkeypatch):
+    monkeypatch.delenv("VOICE_AGENT_CONFIG", raising=False)
+    s = load_settings()
+    assert s.llm.engine == "llama-server" and s.asr.model == "whisper-tiny.en"
+    assert s.sample_rate == 16000
+
+
+def test_precedence_flags_over_env_over_file(tmp_path, monkeypatch):
+    config = tmp_path / "agent.yaml"
+    config.write_text("llm: {max_tokens: 20, temperature: 0.5}\nturn: {max_silence_secs: 2}\n")
+    monkeypatch.setenv("VOICE_AGENT_LLM__MAX_TOKENS", "30")
+    monkeypatch.setenv("VOICE_AGENT_MODELS", str(tmp_path / "m"))
+    s = load_settings(config, llm={"temperature": 0.1})
+    assert s.llm.max_tokens == 30  # env beats file
+    assert s.llm.temperature == 0.1  # flag beats file
+    assert s.turn.max_silence_secs == 2  # file beats default
+    assert s.models_dir == tmp_path / "m"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("llm: {max_tokens: -1}", "llm.max_tokens"),
+        ("llm: {engine: magic}", "llm.engine"),
+        ("nonsense_key: 1", "nonsense_key"),
+        ("[1, 2]", "must hold a mapping"),
+        ("llm: {max_tokens: 1", "not valid YAML"),
+    ],
+)
+def test_bad_config_is_one_clear_error(tmp_path, monkeypatch, text, message):
+    monkeypatch.delenv("VOICE_AGENT_CONFIG", raising=False)
+    config = tmp_path / "bad.yaml"
+    config.write_text(text)
+    with pytest.raises(UserError, match=message):
+        load_settings(config)
+
+
+def test_config_command_prints_effective_settings_and_rejects_bad_env(tmp_path):
+    env = {"VOICE_AGENT_LLM__MAX_TOKENS": "17", "PATH": ""}
+    run = [sys.executable, "-m", "agent.cli", "config"]
+    done = subprocess.run(run, capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert yaml.safe_load(done.stdout)["llm"]["max_tokens"] == 17
+    bad = subprocess.run(
+        run, capture_output=True, text=True, env={"VOICE_AGENT_LLM__MAX_TOKENS": "lots"}
+    )
+    assert bad.returncode == 2
+    assert "llm.max_tokens" in bad.stderr and "Traceback" not in bad.stderr

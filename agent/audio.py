@@ -55,19 +55,25 @@ def frame_energy_dbfs(samples: np.ndarray, rate: int, win_ms: int = 20, hop_ms: 
     return 10 * np.log10(power + 1e-12), win, hop
 
 
-def speech_bounds(samples: np.ndarray, rate: int) -> tuple[int, int] | None:
+def speech_bounds(
+    samples: np.ndarray, rate: int, thresholds_dbfs: tuple[float, float] | None = None
+) -> tuple[int, int] | None:
     """First and last speech sample by the energy rule of ../shared/audio/README.md.
 
     low = max(peak - 35 dB, 10th percentile + 10 dB), high = max(peak - 20 dB, low); a run of
     frames at or above ``low`` lasting >= 30 ms that reaches ``high`` is speech. Used to place
-    ``speech_start``/``speech_end`` exactly in replay, and by tests reading call.wav.
+    ``speech_start``/``speech_end`` exactly in replay. ``thresholds_dbfs`` (low, high) fixes
+    the thresholds instead, e.g. to apply a clip's published thresholds to a recording.
     """
     db, win, hop = frame_energy_dbfs(samples, rate)
     peak = db.max()
-    if peak < -60:
+    if thresholds_dbfs is not None:
+        low, high = thresholds_dbfs
+    elif peak < -60:
         return None
-    low = max(peak - 35, np.percentile(db, 10) + 10)
-    high = max(peak - 20, low)
+    else:
+        low = max(peak - 35, np.percentile(db, 10) + 10)
+        high = max(peak - 20, low)
     runs, start = [], None
     for i, value in enumerate(np.append(db, -np.inf)):
         if value >= low and start is None:

@@ -45,7 +45,7 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except UserError as exc:
-            err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+            typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
 
     return wrapper

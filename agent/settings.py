@@ -47,7 +47,7 @@ class ASRSettings(BaseModel):
     compute_type: str = "int8"
     threads: int = Field(2, ge=1)
     interim_interval_ms: int = Field(400, ge=100, description="run a pass every N ms of new speech")
-    pre_roll_ms: int = Field(300, ge=0, description="audio kept before the VAD start")
+    pre_roll_ms: int = Field(600, ge=0, description="audio kept before the VAD start")
 
 
 class TurnSettings(BaseModel):

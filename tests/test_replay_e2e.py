@@ -65,8 +65,12 @@ def test_summary_has_percentiles_and_a_verdict(run):
     assert summary["budget"]["stages"]["voice_to_voice"]["p95"] == 800
 
 
-def test_call_wav_shows_the_reported_voice_to_voice(run):
-    """From call.wav alone: user speech end (channel 0) -> first bot sample (channel 1)."""
+def test_call_wav_shows_the_reported_voice_to_voice(run, manifest):
+    """From call.wav alone: user speech end (channel 0) -> first bot sample (channel 1).
+
+    The user's speech end is found with each clip's published energy thresholds
+    (agent/samples/README.md), independently of the agent's own detector.
+    """
     out, _ = run
     audio, rate = sf.read(out / "call.wav", dtype="int16")
     info = sf.info(out / "call.wav")
@@ -74,9 +78,11 @@ def test_call_wav_shows_the_reported_voice_to_voice(run):
     user, bot = audio[:, 0], audio[:, 1]
     assert np.abs(bot).max() > 1000  # the bot really spoke
     for turn in records(out):
+        thresholds = manifest[Path(turn["input"]).name]["energy_threshold_dbfs"]
         start = int(turn["events"]["speech_start"] * rate / 1000) - rate // 2
         stop = int(turn["events"]["first_audio_out"] * rate / 1000)
-        bounds = speech_bounds(user[max(0, start) : stop], rate)
+        segment = user[max(0, start) : stop]
+        bounds = speech_bounds(segment, rate, (thresholds["low"], thresholds["high"]))
         assert bounds is not None
         speech_end = (max(0, start) + bounds[1]) / rate * 1000
         after = np.flatnonzero(bot[int(speech_end * rate / 1000) :])
@@ -97,16 +103,19 @@ def test_check_exits_1_when_the_budget_is_violated(run, tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("make", "message"),
+    ("name", "content", "message"),
     [
-        (lambda d: d / "nope.wav", "does not exist"),
-        (lambda d: (d / "empty.wav").write_bytes(b"") or d / "empty.wav", "not a readable audio"),
-        (lambda d: (d / "text.wav").write_text("hello") or d / "text.wav", "not a readable audio"),
-        (lambda d: d, "is not a file"),
+        ("nope.wav", None, "does not exist"),
+        ("empty.wav", b"", "not a readable audio"),
+        ("text.wav", b"hello, not audio", "not a readable audio"),
+        ("", None, "is not a file"),
     ],
 )
-def test_bad_inputs_exit_2_with_one_line(tmp_path, make, message):
-    done = voice_agent("replay", str(make(tmp_path)), "--out", str(tmp_path / "o"))
+def test_bad_inputs_exit_2_with_one_line(tmp_path, name, content, message):
+    path = tmp_path / name
+    if content is not None:
+        path.write_bytes(content)
+    done = voice_agent("replay", str(path), "--out", str(tmp_path / "o"))
     assert done.returncode == 2
     assert message in done.stderr and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1

@@ -1,0 +1,1 @@
+"""Latency reports for QA: Markdown, HTML with charts, budget gate, run comparison."""

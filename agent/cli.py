@@ -102,11 +102,11 @@ def replay(
     turns = load_turns(inputs, settings.sample_rate)
     with err.status("loading models and starting the LLM engine…") as status:
         models = AgentModels.load(settings)
-        with llm_engine(settings) as endpoint:
+        with llm_engine(settings) as engine:
             status.update(f"replaying {len(turns)} turn(s) at real-time pace…")
             summary = asyncio.run(
                 replay_call(
-                    turns, out_dir, settings=settings, models=models, endpoint=endpoint,
+                    turns, out_dir, settings=settings, models=models, engine=engine,
                     budget=the_budget,
                 )
             )  # fmt: skip

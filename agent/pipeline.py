@@ -1,7 +1,7 @@
 """One call = one Pipecat pipeline, assembled from our processors around a pair of transports.
 
     transport in -> TurnDetector (Silero VAD + Smart Turn) -> StreamingWhisperSTT
-    -> UserTurnAggregator -> OpenAIStreamingLLM -> PhraseChunker -> PiperTTS
+    -> UserTurnAggregator -> StreamingLLM -> PhraseChunker -> PiperTTS
     -> transport out -> SpokenTextAggregator
 
 Models are loaded once per process (``AgentModels``) and shared by every call; the LLM
@@ -23,19 +23,14 @@ from agent.clock import CallClock
 from agent.errors import UserError
 from agent.llm.context import SpokenTextAggregator, UserTurnAggregator
 from agent.llm.engine import LlamaServer
-from agent.llm.service import OpenAIStreamingLLM
+from agent.llm.engines import ChatEngine, InProcessLlama, OpenAIChatEngine
+from agent.llm.service import StreamingLLM
 from agent.recognition.streaming_stt import StreamingWhisperSTT
 from agent.recognition.turn_detector import TurnDetector
 from agent.recognition.whisper_decoder import WhisperDecoder
 from agent.settings import Settings
 from agent.synthesis.chunker import PhraseChunker
 from agent.synthesis.piper_tts import PiperTTS, PiperVoiceModel
-
-
-@dataclass
-class LLMEndpoint:
-    base_url: str
-    model: str
 
 
 @dataclass
@@ -61,17 +56,25 @@ class AgentModels:
 
 
 @contextmanager
-def llm_engine(settings: Settings) -> Iterator[LLMEndpoint]:
-    """The LLM endpoint for this process: the embedded llama.cpp server, or a given URL."""
+def llm_engine(settings: Settings) -> Iterator[ChatEngine]:
+    """The chat engine of this process, shared by its calls.
+
+    llama-inprocess (default: fastest TTFT here, see README), llama-server (llama.cpp's
+    OpenAI-compatible server on loopback, started and stopped here), or openai (any
+    OpenAI-compatible base URL: vLLM, a remote llama.cpp server).
+    """
     s = settings.llm
     if s.engine == "openai":
         if not s.base_url:
             raise UserError("llm.engine is 'openai' but no llm.base_url is set: pass --llm-url")
-        yield LLMEndpoint(base_url=s.base_url, model=s.model)
+        yield OpenAIChatEngine(s.base_url, s.model, s)
         return
     gguf = model_store.resolve(s.model, "llm", settings.models_dir)
+    if s.engine == "llama-inprocess":
+        yield InProcessLlama(gguf, s)
+        return
     with LlamaServer(gguf, s) as server:
-        yield LLMEndpoint(base_url=server.base_url, model=gguf.stem)
+        yield OpenAIChatEngine(server.base_url, gguf.stem, s)
 
 
 def build_pipeline(
@@ -79,7 +82,7 @@ def build_pipeline(
     transport_out: FrameProcessor,
     *,
     models: AgentModels,
-    endpoint: LLMEndpoint,
+    engine: ChatEngine,
     settings: Settings,
     clock: CallClock,
 ) -> Pipeline:
@@ -92,7 +95,7 @@ def build_pipeline(
             TurnDetector(settings.turn, clock, rate=rate),
             StreamingWhisperSTT(models.decoder, settings.asr, clock, rate=rate),
             UserTurnAggregator(context),
-            OpenAIStreamingLLM(endpoint.base_url, endpoint.model, settings.llm, clock),
+            StreamingLLM(engine, settings.llm, clock),
             PhraseChunker(
                 first_min_words=settings.tts.first_phrase_min_words,
                 min_words=settings.tts.phrase_min_words,

@@ -14,7 +14,8 @@ from pipecat.workers.runner import WorkerRunner
 
 from agent.audio import load_audio
 from agent.clock import CallClock, CallRecorder
-from agent.pipeline import AgentModels, LLMEndpoint, build_pipeline
+from agent.llm.engines import ChatEngine
+from agent.pipeline import AgentModels, build_pipeline
 from agent.settings import Settings
 from agent.timing.budget import Budget
 from agent.timing.summary import summarize
@@ -33,7 +34,7 @@ async def replay_call(
     *,
     settings: Settings,
     models: AgentModels,
-    endpoint: LLMEndpoint,
+    engine: ChatEngine,
     budget: Budget,
 ) -> dict[str, Any]:
     """Play the turns through one call and write the run's files; returns the summary."""
@@ -44,7 +45,7 @@ async def replay_call(
     transport_in = ReplayInput(turns, clock, recorder, rate=rate)
     transport_out = SimulatedSpeakerOutput(clock, recorder, rate=rate)
     pipeline = build_pipeline(
-        transport_in, transport_out, models=models, endpoint=endpoint, settings=settings,
+        transport_in, transport_out, models=models, engine=engine, settings=settings,
         clock=clock,
     )  # fmt: skip
     timer = TurnTimer(clock, budget, inputs=[t.name for t in turns])

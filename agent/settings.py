@@ -65,9 +65,10 @@ class TurnSettings(BaseModel):
 class LLMSettings(BaseModel):
     """The language model and the engine that serves it."""
 
-    engine: Literal["llama-server", "openai"] = Field(
-        "llama-server",
-        description="llama-server: the agent starts llama.cpp on loopback; "
+    engine: Literal["llama-inprocess", "llama-server", "openai"] = Field(
+        "llama-inprocess",
+        description="llama-inprocess: llama.cpp inside the agent (fastest here); "
+        "llama-server: the agent starts llama.cpp's OpenAI server on loopback; "
         "openai: any OpenAI-compatible base_url (vLLM, another server)",
     )
     model: str = Field(

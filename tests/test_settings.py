@@ -11,7 +11,7 @@ from agent.settings import load_settings
 def test_defaults_work_offline(monkeypatch):
     monkeypatch.delenv("VOICE_AGENT_CONFIG", raising=False)
     s = load_settings()
-    assert s.llm.engine == "llama-server" and s.asr.model == "whisper-tiny.en"
+    assert s.llm.engine == "llama-inprocess" and s.asr.model == "whisper-tiny.en"
     assert s.sample_rate == 16000
 
 

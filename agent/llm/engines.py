@@ -1,0 +1,161 @@
+"""Chat engines: one streaming interface over llama.cpp in-process and any OpenAI-compatible URL.
+
+Both stream the OpenAI chat schema's content deltas and end with a ``Usage``. Stopping the
+iteration (an interruption) stops decoding: the HTTP stream is closed, or the in-process
+generator is abandoned at the next token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import openai
+
+from agent.settings import LLMSettings
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+class ChatEngine(Protocol):
+    """What the LLM stage needs from an engine."""
+
+    name: str
+
+    def stream(
+        self, messages: list[dict[str, Any]], *, max_tokens: int, temperature: float
+    ) -> AsyncIterator[str | Usage]: ...
+
+
+class OpenAIChatEngine:
+    """Streaming chat completions from an OpenAI-compatible server (llama.cpp server, vLLM)."""
+
+    name = "openai"
+
+    def __init__(self, base_url: str, model: str, settings: LLMSettings) -> None:
+        self.model = model
+        self._client = openai.AsyncOpenAI(
+            base_url=base_url, api_key=settings.api_key, timeout=settings.timeout_secs,
+            max_retries=0,
+        )  # fmt: skip
+
+    async def stream(
+        self, messages: list[dict[str, Any]], *, max_tokens: int, temperature: float
+    ) -> AsyncIterator[str | Usage]:
+        stream = await self._client.chat.completions.create(
+            model=self.model,
+            messages=messages,  # type: ignore[arg-type]
+            max_tokens=max_tokens,
+            temperature=temperature,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        usage = Usage()
+        async with stream:
+            async for chunk in stream:
+                if chunk.usage is not None:
+                    details = getattr(chunk.usage, "prompt_tokens_details", None)
+                    usage = Usage(
+                        chunk.usage.prompt_tokens,
+                        getattr(details, "cached_tokens", None),
+                        chunk.usage.completion_tokens,
+                    )
+                if chunk.choices and chunk.choices[0].delta.content:
+                    yield chunk.choices[0].delta.content
+        yield usage
+
+
+class InProcessLlama:
+    """llama.cpp inside the agent process: no HTTP hop, and it counts its cached prefix.
+
+    Generation runs on one worker thread (llama.cpp releases the GIL while it computes);
+    tokens cross to the event loop through a queue. The prompt is formatted with the
+    model's own chat template, so the static system prompt tokenises identically every
+    turn and llama.cpp reuses its KV cache for that prefix.
+    """
+
+    name = "llama-inprocess"
+
+    def __init__(self, gguf: Path, settings: LLMSettings) -> None:
+        from llama_cpp import Llama
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        self.model = gguf.stem
+        self.llm = Llama(
+            model_path=str(gguf),
+            n_ctx=settings.context_size,
+            n_threads=settings.threads,
+            n_threads_batch=settings.threads,
+            use_mlock=True,
+            verbose=False,
+        )
+        eos = self.llm.token_eos()
+        self._format = Jinja2ChatFormatter(
+            template=self.llm.metadata["tokenizer.chat_template"],
+            eos_token=self.llm.detokenize([eos], special=True).decode(),
+            bos_token=self.llm.detokenize([self.llm.token_bos()], special=True).decode(),
+            stop_token_ids=[eos],
+        )
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
+        # Load the weights into memory and prefill the static system prompt before any call.
+        warmup = [
+            {"role": "system", "content": settings.system_prompt},
+            {"role": "user", "content": "Hello."},
+        ]
+        self._generate(warmup, 1, 0.0, lambda _: None, threading.Event())
+
+    def _generate(
+        self, messages: list[dict[str, Any]], max_tokens: int, temperature: float,
+        emit: Any, stop: threading.Event,
+    ) -> Usage:  # fmt: skip
+        formatted = self._format(messages=messages)
+        tokens = self.llm.tokenize(
+            formatted.prompt.encode("utf-8"), add_bos=not formatted.added_special, special=True
+        )
+        cached = 0
+        for a, b in zip(self.llm._input_ids, tokens, strict=False):
+            if a != b:
+                break
+            cached += 1
+        produced = 0
+        for chunk in self.llm.create_completion(
+            tokens, max_tokens=max_tokens, temperature=temperature, stream=True,
+            stop=formatted.stop,
+        ):  # fmt: skip
+            if stop.is_set():
+                break
+            produced += 1
+            emit(chunk["choices"][0]["text"])
+        return Usage(len(tokens), cached, produced)
+
+    async def stream(
+        self, messages: list[dict[str, Any]], *, max_tokens: int, temperature: float
+    ) -> AsyncIterator[str | Usage]:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[str | None] = asyncio.Queue()
+        stop = threading.Event()
+
+        def emit(text: str) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, text)
+
+        job = loop.run_in_executor(
+            self._executor, self._generate, messages, max_tokens, temperature, emit, stop
+        )
+        job.add_done_callback(lambda _: queue.put_nowait(None))
+        try:
+            while (text := await queue.get()) is not None:
+                if text:
+                    yield text
+            yield await job
+        finally:
+            stop.set()

@@ -89,3 +89,18 @@ def speech_bounds(
     if not speech:
         return None
     return speech[0][0] * hop, min(len(samples), speech[-1][1] * hop + win)
+
+
+class RecentAudio:
+    """The last ``ms`` milliseconds of 16-bit audio: the pre-roll kept before a VAD start."""
+
+    def __init__(self, rate: int, ms: int) -> None:
+        self._keep = rate * ms // 1000 * 2
+        self._buf = bytearray()
+
+    def add(self, pcm: bytes) -> None:
+        self._buf += pcm
+        del self._buf[: max(0, len(self._buf) - self._keep)]
+
+    def snapshot(self) -> bytearray:
+        return bytearray(self._buf)

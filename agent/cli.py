@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import os
@@ -34,6 +35,10 @@ err = Console(stderr=True)
 
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", help="YAML settings file (see `voice-agent config`).")
+]
+
+AsrModelOpt = Annotated[
+    str | None, typer.Option(help="whisper-tiny.en, whisper-base or a CTranslate2 dir.")
 ]
 
 
@@ -114,6 +119,47 @@ def replay(
     _print_verdict(summary)
     if check and summary["verdict"] != "pass":
         raise typer.Exit(1)
+
+
+@app.command()
+@user_errors
+def transcribe(
+    inputs: Annotated[list[Path], typer.Argument(help="Audio files.")],
+    stream: Annotated[
+        bool, typer.Option(help="Play at real-time pace through the streaming recogniser.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
+    config: ConfigOpt = None,
+    asr_model: AsrModelOpt = None,
+) -> None:
+    """Print what the agent hears: interim and final transcripts with their times (ms)."""
+    from agent import model_store
+    from agent.recognition.transcribe import transcribe_once, transcribe_stream
+    from agent.recognition.whisper_decoder import WhisperDecoder
+    from agent.replay import load_turns
+
+    settings = _settings(config, asr__model=asr_model)
+    turns = load_turns(inputs, settings.sample_rate)
+    decoder = WhisperDecoder(
+        model_store.resolve(settings.asr.model, "asr", settings.models_dir),
+        compute_type=settings.asr.compute_type,
+        threads=settings.asr.threads,
+        language=settings.asr.language,
+    )
+    for turn in turns:
+        if stream:
+            events = asyncio.run(transcribe_stream(decoder, turn, settings))
+        else:
+            events = [transcribe_once(decoder, turn.name, turn.samples)]
+        for event in events:
+            if as_json:
+                typer.echo(json.dumps(dataclasses.asdict(event)))
+                continue
+            extra = f"  [confirmed: {event.confirmed}]" if event.confirmed else ""
+            out.print(
+                f"{event.file}  {event.at_ms:8.0f} ms  {event.kind:<8} {event.text}{extra}",
+                highlight=False,
+            )
 
 
 STAGE_COLUMNS = (

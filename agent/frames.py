@@ -46,3 +46,13 @@ class NoReplyFrame(SystemFrame):
 @dataclass
 class SpeechPausedFrame(SystemFrame):
     """The VAD just heard silence inside a turn (before its stop window confirms a stop)."""
+
+
+@dataclass
+class PauseTranscriptFrame(SystemFrame):
+    """Upstream, from recognition: the transcript of the turn so far, taken at a pause.
+
+    The turn detector uses it as a second end-of-turn signal (a finished sentence).
+    """
+
+    text: str = ""

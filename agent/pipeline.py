@@ -14,9 +14,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from pipecat.observers.base_observer import BaseObserver
 from pipecat.pipeline.pipeline import Pipeline
+from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.frame_processor import FrameProcessor
+from pipecat.workers.runner import WorkerRunner
 
 from agent import model_store
 from agent.clock import CallClock
@@ -105,3 +108,19 @@ def build_pipeline(
             SpokenTextAggregator(context),
         ]
     )
+
+
+async def run_pipeline(
+    pipeline: Pipeline, *, rate: int, observers: list[BaseObserver] | None = None
+) -> None:
+    """Run one call's pipeline until it ends (its input pushes an EndTaskFrame upstream)."""
+    worker = PipelineWorker(
+        pipeline,
+        params=PipelineParams(audio_in_sample_rate=rate, audio_out_sample_rate=rate),
+        observers=observers or [],
+        idle_timeout_secs=None,
+        enable_rtvi=False,
+    )
+    runner = WorkerRunner(handle_sigint=False)
+    await runner.add_workers(worker)
+    await runner.run()

@@ -9,13 +9,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pipecat.pipeline.worker import PipelineParams, PipelineWorker
-from pipecat.workers.runner import WorkerRunner
-
 from agent.audio import load_audio
 from agent.clock import CallClock, CallRecorder
 from agent.llm.engines import ChatEngine
-from agent.pipeline import AgentModels, build_pipeline
+from agent.pipeline import AgentModels, build_pipeline, run_pipeline
 from agent.settings import Settings
 from agent.timing.budget import Budget
 from agent.timing.summary import summarize
@@ -49,16 +46,7 @@ async def replay_call(
         clock=clock,
     )  # fmt: skip
     timer = TurnTimer(clock, budget, inputs=[t.name for t in turns])
-    worker = PipelineWorker(
-        pipeline,
-        params=PipelineParams(audio_in_sample_rate=rate, audio_out_sample_rate=rate),
-        observers=[timer],
-        idle_timeout_secs=None,
-        enable_rtvi=False,
-    )
-    runner = WorkerRunner(handle_sigint=False)
-    await runner.add_workers(worker)
-    await runner.run()
+    await run_pipeline(pipeline, rate=rate, observers=[timer])
 
     records = timer.records()
     with (out_dir / "turns.jsonl").open("w") as fh:

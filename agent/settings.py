@@ -57,8 +57,15 @@ class TurnSettings(BaseModel):
     vad_stop_secs: float = Field(0.2, ge=0.05, description="VAD silence before speech 'stops'")
     vad_confidence: float = Field(0.6, gt=0, lt=1)
     smart_turn: bool = Field(True, description="ask Smart Turn v3 whether the turn is complete")
+    smart_turn_lean: float = Field(
+        0.3,
+        ge=0,
+        le=1,
+        description="Smart Turn probability that ends the turn when the transcript so far "
+        "ends a sentence",
+    )
     max_silence_secs: float = Field(
-        1.2, gt=0, description="silence after which the turn ends whatever the detector says"
+        1.5, gt=0, description="silence after which the turn ends whatever the detector says"
     )
 
 

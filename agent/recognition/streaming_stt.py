@@ -4,10 +4,10 @@ While the caller speaks, a pass runs over the growing utterance every ``interim_
 of new speech, on one worker thread; a pass is skipped, never queued, while another runs.
 Each pass gives an ``InterimTranscriptionFrame`` whose confirmed prefix is the words two
 consecutive passes agree on (LocalAgreement-2). When the VAD hears silence the final pass
-starts at once (speculatively); at ``turn_end`` its result is emitted if no speech came
-after it, otherwise a fresh pass runs. Audio before the VAD start is kept (pre-roll) so no
-first word is lost. Turns longer than the 30 s Whisper window are committed segment by
-segment and their audio trimmed.
+starts at once (speculatively; its text also goes upstream to the turn detector); at
+``turn_end`` its result is emitted if no speech came after it, otherwise a fresh pass runs.
+Audio before the VAD start is kept (pre-roll) so no first word is lost. Turns longer than
+the 30 s Whisper window are committed segment by segment and their audio trimmed.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ from pipecat.frames.frames import (
 )
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
+from agent.audio import RecentAudio
 from agent.clock import CallClock
-from agent.frames import SpeechPausedFrame, TimelineEventFrame
+from agent.frames import PauseTranscriptFrame, SpeechPausedFrame, TimelineEventFrame
 from agent.recognition.whisper_decoder import RATE, Pass, WhisperDecoder
 from agent.settings import ASRSettings
 
@@ -68,7 +69,7 @@ class StreamingWhisperSTT(FrameProcessor):
         self._settings = settings
         self._clock = clock
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="whisper")
-        self._pre_roll = bytearray()
+        self._pre_roll = RecentAudio(RATE, settings.pre_roll_ms)
         self._audio = bytearray()
         self._committed = ""
         self._in_turn = False
@@ -92,22 +93,21 @@ class StreamingWhisperSTT(FrameProcessor):
             self._speculation = None
         elif isinstance(frame, SpeechPausedFrame) and self._in_turn:
             self._speculation = _Speculation(self._run_pass(), self._clock)
+            self.create_task(self._report_pause_transcript(self._speculation))
         elif isinstance(frame, UserStoppedSpeakingFrame) and self._in_turn:
             await self._finish_turn()
 
     def _start_turn(self) -> None:
         self._in_turn = True
-        self._audio = bytearray(self._pre_roll)
+        self._audio = self._pre_roll.snapshot()
         self._committed = ""
         self._since_pass = 0
         self._last_hypothesis = ""
         self._speculation = None
 
     async def _on_audio(self, pcm: bytes) -> None:
+        self._pre_roll.add(pcm)
         if not self._in_turn:
-            keep = self._settings.pre_roll_ms * RATE // 1000 * 2
-            self._pre_roll += pcm
-            del self._pre_roll[: max(0, len(self._pre_roll) - keep)]
             return
         self._audio += pcm
         self._since_pass += len(pcm) // 2
@@ -145,6 +145,12 @@ class StreamingWhisperSTT(FrameProcessor):
                 )
             )
 
+    async def _report_pause_transcript(self, spec: _Speculation) -> None:
+        result: Pass = await spec.future
+        if spec is self._speculation:
+            text = " ".join(x for x in (self._committed, result.text) if x)
+            await self.push_frame(PauseTranscriptFrame(text=text), FrameDirection.UPSTREAM)
+
     def _maybe_commit(self, result: Pass) -> None:
         """Keep long turns inside the Whisper window: commit all but the last segment."""
         if result.audio_secs < COMMIT_AFTER_SECS or len(result.segments) < 2:
@@ -173,7 +179,6 @@ class StreamingWhisperSTT(FrameProcessor):
         await self.push_frame(
             TranscriptionFrame(text=text, user_id="caller", timestamp=_iso_now(), finalized=True)
         )
-        self._pre_roll = bytearray()
 
     async def cleanup(self) -> None:
         await super().cleanup()

@@ -5,8 +5,9 @@ Frames out (audio passes straight through first, so recognition never waits on u
 - ``SpeechPausedFrame`` the moment the VAD hears silence (recognition starts its
   speculative final pass), ``VADUserStartedSpeakingFrame`` if speech resumes in the turn;
 - ``VADUserStoppedSpeakingFrame`` when the stop window has passed;
-- ``UserStoppedSpeakingFrame`` (``turn_end``) once Smart Turn calls the turn complete, or
-  the silence reaches ``max_silence_secs``.
+- ``UserStoppedSpeakingFrame`` (``turn_end``) once Smart Turn calls the turn complete (or
+  calls it likely, ``smart_turn_lean``, and recognition's pause transcript ends a sentence),
+  or the silence reaches ``max_silence_secs``.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from pipecat.frames.frames import (
 )
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
+from agent.audio import RecentAudio
 from agent.clock import CallClock
-from agent.frames import SpeechPausedFrame, TimelineEventFrame
+from agent.frames import PauseTranscriptFrame, SpeechPausedFrame, TimelineEventFrame
 from agent.settings import TurnSettings
 
 SMART_TURN_MAX_SECS = 8
@@ -57,9 +59,11 @@ class TurnDetector(FrameProcessor):
         self._state = VADState.QUIET
         self._in_turn = False
         self._bot_speaking = False
-        self._turn_audio = bytearray()
+        # What Smart Turn hears: the last 8 s, so the turn's start and its lead-in too.
+        self._recent = RecentAudio(rate, SMART_TURN_MAX_SECS * 1000)
         self._silence_started: float | None = None
         self._decision: asyncio.Task | None = None
+        self._pause_text = ""
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
@@ -68,15 +72,13 @@ class TurnDetector(FrameProcessor):
             self._bot_speaking = True
         elif isinstance(frame, BotStoppedSpeakingFrame):
             self._bot_speaking = False
+        elif isinstance(frame, PauseTranscriptFrame):
+            self._pause_text = frame.text
         elif isinstance(frame, InputAudioRawFrame):
             await self._on_audio(frame.audio)
 
     async def _on_audio(self, pcm: bytes) -> None:
-        if self._in_turn:
-            self._turn_audio += pcm
-            limit = SMART_TURN_MAX_SECS * self._rate * 2
-            if len(self._turn_audio) > limit:
-                del self._turn_audio[: len(self._turn_audio) - limit]
+        self._recent.add(pcm)
         state = await self._vad.analyze_audio(pcm)
         previous, self._state = self._state, state
         if state == previous:
@@ -106,6 +108,7 @@ class TurnDetector(FrameProcessor):
 
     async def _speech_resumed(self) -> None:
         self._silence_started = None
+        self._pause_text = ""
         await self._cancel_decision()
         await self.push_frame(VADUserStartedSpeakingFrame())
 
@@ -119,23 +122,26 @@ class TurnDetector(FrameProcessor):
 
     async def _decide_end_of_turn(self, silence_started_ms: float) -> None:
         if self._smart_turn is not None:
-            audio = np.frombuffer(bytes(self._turn_audio), dtype=np.int16)
-            complete = await asyncio.to_thread(self._is_complete, audio)
-            if complete:
+            audio = np.frombuffer(bytes(self._recent.snapshot()), dtype=np.int16)
+            probability = await asyncio.to_thread(self._completion_probability, audio)
+            sentence_done = self._pause_text.rstrip().endswith((".", "?", "!"))
+            if probability >= 0.5 or (
+                probability >= self._settings.smart_turn_lean and sentence_done
+            ):
                 await self._end_turn()
                 return
         waited = (self._clock.now_ms() - silence_started_ms) / 1000
         await asyncio.sleep(max(0.0, self._settings.max_silence_secs - waited))
         await self._end_turn()
 
-    def _is_complete(self, audio: np.ndarray) -> bool:
+    def _completion_probability(self, audio: np.ndarray) -> float:
         assert self._smart_turn is not None
         result = self._smart_turn._predict_endpoint(audio.astype(np.float32) / 32768.0)
-        return result["prediction"] == 1
+        return float(result["probability"])
 
     async def _end_turn(self) -> None:
         self._in_turn = False
-        self._turn_audio.clear()
+        self._pause_text = ""
         self._decision = None
         await self.broadcast_frame(UserStoppedSpeakingFrame)
 

@@ -47,14 +47,21 @@ def _words(text: str) -> list[str]:
     return re.sub(r"[^a-z0-9' ]", " ", text.lower()).split()
 
 
-def restart_index(words: list[str], n: int = 3) -> int | None:
-    """Index where the first ``n`` words come round again (Whisper starting over), if any."""
+def hallucination_cut(words: list[str], n: int = 3) -> int | None:
+    """Where Whisper starts looping, if it does.
+
+    Either the first ``n`` words come round again (it started the utterance over), or a
+    run of 1-4 words repeats three times in a row ("ask what you ask what you ask what").
+    """
     head = words[:n]
-    if len(head) < n:
-        return None
     for i in range(1, len(words) - n + 1):
-        if words[i : i + n] == head:
+        if len(head) == n and words[i : i + n] == head:
             return i
+    for size in range(1, 5):
+        for i in range(len(words) - 3 * size + 1):
+            run = words[i : i + size]
+            if run == words[i + size : i + 2 * size] == words[i + 2 * size : i + 3 * size]:
+                return i + size
     return None
 
 
@@ -119,7 +126,7 @@ class WhisperDecoder:
             kept.append(seg)
         text = "".join(seg.text for seg in kept)
         words = text.split()
-        cut = restart_index(_words(text))
+        cut = hallucination_cut(_words(text))
         if cut is not None and len(_words(text)) == len(words):
             text = " ".join(words[:cut])
         return Pass(text=text.strip(), audio_secs=secs, segments=kept)

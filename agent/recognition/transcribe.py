@@ -1,0 +1,88 @@
+"""``voice-agent transcribe``: what the agent hears, for developers debugging recognition.
+
+Without ``--stream`` each file is decoded in one pass (our unpadded short-window decoder).
+With ``--stream`` the file is played at real-time pace through the same turn detector and
+streaming recogniser as a call, and every interim and final transcript is reported with the
+time it appeared.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from pipecat.frames.frames import (
+    Frame,
+    InterimTranscriptionFrame,
+    TranscriptionFrame,
+    UserStoppedSpeakingFrame,
+)
+from pipecat.pipeline.pipeline import Pipeline
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+
+from agent.clock import CallClock, CallRecorder
+from agent.frames import NoReplyFrame
+from agent.pipeline import run_pipeline
+from agent.recognition.streaming_stt import StreamingWhisperSTT
+from agent.recognition.turn_detector import TurnDetector
+from agent.recognition.whisper_decoder import RATE, WhisperDecoder
+from agent.settings import Settings
+from agent.transports.replay import ReplayInput, ReplayTurn
+
+
+@dataclass
+class TranscriptEvent:
+    """One transcript as it appeared: ``kind`` is interim, final or turn_end."""
+
+    file: str
+    kind: str
+    at_ms: float
+    text: str = ""
+    confirmed: str = ""
+
+
+def transcribe_once(decoder: WhisperDecoder, name: str, samples: np.ndarray) -> TranscriptEvent:
+    start = time.perf_counter()
+    result = decoder.transcribe(samples.astype(np.float32) / 32768.0)
+    took = round((time.perf_counter() - start) * 1000, 1)
+    return TranscriptEvent(file=name, kind="final", at_ms=took, text=result.text)
+
+
+class _TranscriptCollector(FrameProcessor):
+    """Records transcripts; after each final one, tells the player no answer is coming."""
+
+    def __init__(self, name: str, clock: CallClock, events: list[TranscriptEvent]) -> None:
+        super().__init__()
+        self._name, self._clock, self._events = name, clock, events
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        now = self._clock.now_ms()
+        if isinstance(frame, InterimTranscriptionFrame):
+            confirmed = (frame.result or {}).get("confirmed", "")
+            self._events.append(TranscriptEvent(self._name, "interim", now, frame.text, confirmed))
+        elif isinstance(frame, UserStoppedSpeakingFrame) and direction == FrameDirection.DOWNSTREAM:
+            self._events.append(TranscriptEvent(self._name, "turn_end", now))
+        elif isinstance(frame, TranscriptionFrame):
+            self._events.append(TranscriptEvent(self._name, "final", now, frame.text))
+            await self.push_frame(NoReplyFrame(), FrameDirection.UPSTREAM)
+        await self.push_frame(frame, direction)
+
+
+async def transcribe_stream(
+    decoder: WhisperDecoder, turn: ReplayTurn, settings: Settings
+) -> list[TranscriptEvent]:
+    """Play one file through turn detection and streaming recognition at real-time pace."""
+    clock = CallClock()
+    events: list[TranscriptEvent] = []
+    pipeline = Pipeline(
+        [
+            ReplayInput([turn], clock, CallRecorder(RATE), rate=RATE, answer_timeout_secs=5),
+            TurnDetector(settings.turn, clock, rate=RATE),
+            StreamingWhisperSTT(decoder, settings.asr, clock, rate=RATE),
+            _TranscriptCollector(turn.name, clock, events),
+        ]
+    )
+    await run_pipeline(pipeline, rate=RATE)
+    return events

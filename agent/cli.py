@@ -20,6 +20,7 @@ from rich.table import Table
 
 from agent import model_store
 from agent.errors import UserError
+from agent.reports.cli import reports_app
 from agent.settings import Settings, load_settings
 from agent.timing.budget import load_budget
 
@@ -30,6 +31,7 @@ app = typer.Typer(
 )
 models_app = typer.Typer(help="Default models: pull them from the package index, list them.")
 app.add_typer(models_app, name="models")
+app.add_typer(reports_app)  # `report` and `compare`, at the top level
 out = Console()
 err = Console(stderr=True)
 

@@ -1,0 +1,111 @@
+"""The pooled summary of one or more runs: what the JSON report holds and the others show.
+
+The percentiles and the budget verdict come from agent.timing (summarize, Budget.check), so
+a report and the replay that produced the run can never disagree about a number.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.reports.load import Pool, Turn
+from agent.timing.budget import Budget, percentile
+from agent.timing.summary import stage_values, summarize
+from agent.timing.timeline import STAGE_NAMES
+
+GAP_NAMES = ("stt_to_llm",)
+# The number users feel first, then the stages in the order they happen.
+STAGE_ORDER = ("voice_to_voice", *(n for n in STAGE_NAMES if n != "voice_to_voice"))
+
+
+def stage_verdicts(values: dict[str, list[float]], budget: Budget) -> dict[str, str]:
+    """pass / fail / no budget / no data per stage, from Budget.check on that stage alone."""
+    verdicts = {}
+    for name in STAGE_NAMES:
+        if not values.get(name):
+            verdicts[name] = "no data"
+        elif name not in budget.stages:
+            verdicts[name] = "no budget"
+        else:
+            verdicts[name] = "fail" if budget.check({name: values[name]}) else "pass"
+    return verdicts
+
+
+def gap_values(pool: Pool) -> dict[str, list[float]]:
+    """Each orchestration gap's values over the turns (missing ones skipped)."""
+    values: dict[str, list[float]] = {name: [] for name in GAP_NAMES}
+    for record in pool.records:
+        for name in GAP_NAMES:
+            value = (record.get("gaps") or {}).get(name)
+            if isinstance(value, int | float):
+                values[name].append(float(value))
+    return values
+
+
+def _stats(xs: list[float]) -> dict[str, float | int | None]:
+    if not xs:
+        return {"n": 0, "p50": None, "p95": None, "max": None}
+    return {
+        "n": len(xs),
+        "p50": round(percentile(xs, 50), 1),
+        "p95": round(percentile(xs, 95), 1),
+        "max": round(max(xs), 1),
+    }
+
+
+def llm_cache(pool: Pool) -> dict[str, Any]:
+    """Prompt-cache use: cached_tokens / prompt_tokens over the turns that report both."""
+    prompt = cached = reported = 0
+    for record in pool.records:
+        llm = record.get("llm") or {}
+        p, c = llm.get("prompt_tokens"), llm.get("cached_tokens")
+        if isinstance(p, int | float) and isinstance(c, int | float) and p > 0:
+            prompt += p
+            cached += c
+            reported += 1
+    return {
+        "turns_reported": reported,
+        "prompt_tokens": prompt,
+        "cached_tokens": cached,
+        "ratio": round(cached / prompt, 3) if prompt else None,
+    }
+
+
+def slowest_stage(record: dict[str, Any]) -> str | None:
+    """The stage (or gap) that took the most of this turn's voice-to-voice time."""
+    parts = {n: v for n, v in record["stages"].items() if n != "voice_to_voice" and v is not None}
+    parts.update({n: v for n, v in (record.get("gaps") or {}).items() if v is not None})
+    return max(parts, key=lambda n: parts[n]) if parts else None
+
+
+def worst_turns(pool: Pool, count: int) -> list[Turn]:
+    """The answered turns with the longest voice-to-voice, worst first."""
+    answered = [t for t in pool.turns if t.v2v is not None]
+    return sorted(answered, key=lambda t: t.v2v or 0.0, reverse=True)[:count]
+
+
+def pooled_summary(pool: Pool, budget: Budget, worst: int = 5) -> dict[str, Any]:
+    """summarize() over all pooled turns, plus what QA reads next to it."""
+    records = pool.records
+    summary = summarize(records, budget)
+    values = stage_values(records)
+    summary["runs"] = [str(run) for run in pool.runs]
+    summary["stage_verdicts"] = stage_verdicts(values, budget)
+    summary["gaps"] = {name: _stats(xs) for name, xs in gap_values(pool).items()}
+    summary["llm_cache"] = llm_cache(pool)
+    summary["interruptions"] = sum(1 for r in records if r.get("interrupted"))
+    summary["unanswered"] = [t.label for t in pool.turns if t.v2v is None]
+    summary["errors"] = [
+        {"turn": t.label, "error": e} for t in pool.turns for e in t.record.get("errors") or []
+    ]
+    summary["worst_turns"] = [
+        {
+            "turn": t.label,
+            "voice_to_voice_ms": t.v2v,
+            "slowest_stage": slowest_stage(t.record),
+            "user_text": t.record.get("user_text", ""),
+            "bot_text": t.record.get("bot_text", ""),
+        }
+        for t in worst_turns(pool, worst)
+    ]
+    return summary

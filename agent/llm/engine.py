@@ -48,6 +48,7 @@ class LlamaServer:
             "--n_ctx", str(s.context_size),
             "--n_threads", str(s.threads), "--n_threads_batch", str(s.threads),
             "--use_mlock", "True",
+            "--interrupt_requests", "False",  # concurrent calls must not cut each other off
             "--verbose", "False",
         ]  # fmt: skip
 

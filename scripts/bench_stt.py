@@ -1,0 +1,109 @@
+"""Streaming recognition benchmark on the real speech clips.
+
+For each clip, played at real-time pace through the turn detector and streaming recogniser
+(as in a call): the final transcript, the ``stt_final`` stage (turn_end -> final
+transcript), the gaps between interim transcripts during speech, and the decoder compute
+per second of audio. Baseline in the same run: faster-whisper's own offline
+``transcribe()`` of each whole file with the same model (its defaults: beam 5, 30 s window).
+
+    .venv/bin/python scripts/bench_stt.py [--rounds 3] [--out runs/bench_stt.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import jiwer
+import numpy as np
+
+from agent import model_store
+from agent.audio import load_audio
+from agent.recognition.transcribe import transcribe_stream
+from agent.recognition.whisper_decoder import RATE, WhisperDecoder
+from agent.settings import Settings
+from agent.transports.replay import ReplayTurn
+
+SAMPLES = Path(__file__).resolve().parents[1] / "agent" / "samples"
+
+
+def norm(text: str) -> str:
+    return " ".join("".join(c if c.isalnum() or c in " '" else " " for c in text.lower()).split())
+
+
+class TimedDecoder(WhisperDecoder):
+    """The decoder, adding up the time its passes take."""
+
+    busy_secs = 0.0
+
+    def transcribe(self, audio: np.ndarray):  # type: ignore[override]
+        start = time.perf_counter()
+        try:
+            return super().transcribe(audio)
+        finally:
+            self.busy_secs += time.perf_counter() - start
+
+
+def pct(xs: list[float], q: int) -> float | None:
+    return round(float(np.percentile(xs, q)), 1) if xs else None
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=Path("runs/bench_stt.json"))
+    args = parser.parse_args()
+    settings = Settings()
+    model_dir = model_store.resolve(settings.asr.model, "asr", settings.models_dir)
+    decoder = TimedDecoder(
+        model_dir, compute_type=settings.asr.compute_type, threads=settings.asr.threads,
+        language=settings.asr.language,
+    )  # fmt: skip
+    manifest = [json.loads(x) for x in (SAMPLES / "manifest.jsonl").read_text().splitlines()]
+    refs, ours, offline = [], [], []
+    stt_final, interim_gaps, offline_ms, turns_per_clip = [], [], [], {}
+    audio_secs = 0.0
+    for round_no in range(args.rounds):
+        for clip in manifest:
+            samples = load_audio(SAMPLES / clip["file"], RATE)
+            events = await transcribe_stream(decoder, ReplayTurn(clip["file"], samples), settings)
+            finals = [e for e in events if e.kind == "final"]
+            ends = [e for e in events if e.kind == "turn_end"]
+            interims = [e.at_ms for e in events if e.kind == "interim"]
+            turns_per_clip.setdefault(clip["file"], []).append(len(finals))
+            stt_final += [f.at_ms - t.at_ms for f, t in zip(finals, ends, strict=False)]
+            interim_gaps += [b - a for a, b in zip(interims, interims[1:], strict=False)]
+            audio_secs += len(samples) / RATE
+            refs.append(norm(clip["text"]))
+            ours.append(norm(" ".join(f.text for f in finals)) or "<empty>")
+            if round_no == 0:
+                start = time.perf_counter()
+                segments, _ = decoder.model.transcribe(
+                    samples.astype(np.float32) / 32768.0, language=settings.asr.language
+                )
+                offline.append(norm("".join(s.text for s in segments)) or "<empty>")
+                offline_ms.append((time.perf_counter() - start) * 1000)
+    n = len(manifest)
+    report = {
+        "model": settings.asr.model,
+        "clips": n,
+        "rounds": args.rounds,
+        "wer_streaming": round(jiwer.wer(refs, ours), 4),
+        "wer_offline_transcribe": round(jiwer.wer(refs[:n], offline), 4),
+        "stt_final_ms": {"p50": pct(stt_final, 50), "p95": pct(stt_final, 95), "n": len(stt_final)},
+        "interim_gap_ms": {"p50": pct(interim_gaps, 50), "max": pct(interim_gaps, 100)},
+        "offline_transcribe_ms": {"p50": pct(offline_ms, 50), "max": pct(offline_ms, 100)},
+        "decoder_compute_per_audio_sec": round(decoder.busy_secs / audio_secs, 3),
+        "turns_per_clip": turns_per_clip,
+        "transcripts": {"streaming": ours[:n], "offline": offline},
+    }
+    print(json.dumps({k: v for k, v in report.items() if k != "transcripts"}, indent=2))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -39,7 +39,8 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """UserError -> one stderr line and exit 2, as agent.cli.user_errors does.
 
     agent.cli imports this module to register its commands, so importing its decorator back
-    from here would be circular.
+    from here would be circular. Messages that quote a parser (YAML) can span lines: they
+    are joined, so a CI log shows exactly one line per problem.
     """
 
     @functools.wraps(fn)
@@ -47,7 +48,7 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except UserError as exc:
-            typer.echo(f"error: {exc}", err=True)
+            typer.echo("error: " + " ".join(str(exc).split()), err=True)
             raise typer.Exit(2) from None
 
     return wrapper

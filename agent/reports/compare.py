@@ -1,9 +1,11 @@
 """Comparing two runs stage by stage: did NEW get slower than BASE, beyond the noise we allow?
 
 A run has few turns, so a p50 difference alone says little: next to it we give a bootstrap 95%
-interval of the p50 difference (turns resampled with replacement within each run) and the turn
-counts. The gate is the tolerance: a stage regresses when its p50 or p95 grew by more than
-``max(tolerance_ms, tolerance_pct % of BASE)``.
+interval of the p50 difference and the turn counts. When both runs replayed the same inputs in the
+same order (the usual A/B of a change), turns are paired by input and resampled together, so the
+interval reflects the change and not how different the turns are from each other; otherwise
+each run's turns are resampled on their own. The gate is the tolerance: a stage regresses
+when its p50 or p95 grew by more than ``max(tolerance_ms, tolerance_pct % of BASE)``.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class StageChange:
     base_p95: float | None = None
     new_p95: float | None = None
     ci_p50: tuple[float, float] | None = None
+    paired: bool = False
     allowed_ms: dict[str, float] = field(default_factory=dict)
     regressions: list[str] = field(default_factory=list)
     note: str = ""
@@ -54,22 +57,53 @@ def _delta(a: float | None, b: float | None) -> float | None:
 
 
 def bootstrap_p50_diff(
-    base: list[float], new: list[float], resamples: int = RESAMPLES, seed: int = 0
+    base: list[float],
+    new: list[float],
+    *,
+    paired: bool = False,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
 ) -> tuple[float, float]:
-    """95% percentile-bootstrap interval of median(NEW) - median(BASE), seeded (reproducible)."""
+    """95% percentile-bootstrap interval of median(NEW) - median(BASE), seeded (reproducible).
+
+    ``paired``: base[i] and new[i] are the same input; pairs are resampled together.
+    """
     rng = np.random.default_rng(seed)
     a, b = np.asarray(base, dtype=float), np.asarray(new, dtype=float)
-    ma = np.median(a[rng.integers(0, len(a), size=(resamples, len(a)))], axis=1)
-    mb = np.median(b[rng.integers(0, len(b), size=(resamples, len(b)))], axis=1)
-    lo, hi = np.percentile(mb - ma, [2.5, 97.5])
+    ia = rng.integers(0, len(a), size=(resamples, len(a)))
+    ib = ia if paired else rng.integers(0, len(b), size=(resamples, len(b)))
+    diffs = np.median(b[ib], axis=1) - np.median(a[ia], axis=1)
+    lo, hi = np.percentile(diffs, [2.5, 97.5])
     return round(float(lo), 1), round(float(hi), 1)
+
+
+def _keyed(pool: Pool, stage: str) -> dict[tuple[str | None, int], float]:
+    """A stage's values keyed by (input, how many times that input came before)."""
+    seen: dict[str | None, int] = {}
+    out = {}
+    for record in pool.records:
+        source = record.get("input")
+        key = (source, seen.get(source, 0))
+        seen[source] = key[1] + 1
+        if record["stages"].get(stage) is not None:
+            out[key] = float(record["stages"][stage])
+    return out
+
+
+def paired_values(base: Pool, new: Pool, stage: str) -> tuple[list[float], list[float]] | None:
+    """The stage's values of both runs in matching order when every turn pairs up, else None."""
+    a, b = _keyed(base, stage), _keyed(new, stage)
+    if not a or a.keys() != b.keys():
+        return None
+    return [a[k] for k in a], [b[k] for k in a]
 
 
 def _note(change: StageChange) -> str:
     if change.ci_p50 is None:
         return ""
     lo, hi = change.ci_p50
-    few = " (few turns: rough)" if min(change.n_base, change.n_new) < 5 else ""
+    few = "; few turns: rough" if min(change.n_base, change.n_new) < 5 else ""
+    few = f" ({'paired by input' if change.paired else 'unpaired'}{few})"
     if lo > 0:
         return "slower, beyond noise" + few
     if hi < 0:
@@ -91,7 +125,9 @@ def compare_pools(
         if ys:
             change.new_p50, change.new_p95 = percentile(ys, 50), percentile(ys, 95)
         if xs and ys:
-            change.ci_p50 = bootstrap_p50_diff(xs, ys)
+            pairs = paired_values(base, new, name)
+            change.paired = pairs is not None
+            change.ci_p50 = bootstrap_p50_diff(*(pairs or (xs, ys)), paired=change.paired)
             for pct, before, delta in (
                 ("p50", change.base_p50, change.d50),
                 ("p95", change.base_p95, change.d95),

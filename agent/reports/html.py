@@ -149,7 +149,8 @@ def _turn_card(turn: Turn, index: int, clip: Clip | None, budget: Budget) -> str
         parts.append(waveform_svg(clip.audio, clip.rate, clip.start_ms, record, index))
         parts.append(
             f'<audio controls preload="none" data-clip="{index}" data-x0="{LABEL_W}" '
-            f'data-w="{PLOT_W}" src="{clip.data_uri()}"></audio>'
+            f'data-w="{PLOT_W}" data-start-ms="{clip.start_ms:.3f}" src="{clip.data_uri()}">'
+            "</audio>"
             f'<p class="note">call.wav from {clip.start_ms / 1000:.2f} s, both channels '
             "(left: caller, right: bot). Shaded: speech_end → first bot audio.</p>"
         )

@@ -20,3 +20,8 @@ export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON 
 .venv/bin/uv pip install --quiet --python .venv/bin/python -e ".[dev]"
 
 .venv/bin/voice-agent models pull
+
+# Headless Chromium for the HTML report's render test (tests/test_reports.py skips without it).
+if [ "$(id -u)" = 0 ]; then
+  command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium) || echo "warning: chromium not installed; HTML render test will be skipped"
+fi

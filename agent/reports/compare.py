@@ -17,9 +17,9 @@ import numpy as np
 
 from agent.reports.load import Pool
 from agent.reports.markdown import ms
+from agent.reports.pooled import STAGE_ORDER
 from agent.timing.budget import percentile
 from agent.timing.summary import stage_values
-from agent.timing.timeline import STAGE_NAMES
 
 RESAMPLES = 4000
 
@@ -117,7 +117,7 @@ def compare_pools(
     """One StageChange per stage of DESIGN.md (percentiles from agent.timing, like the reports)."""
     base_values, new_values = stage_values(base.records), stage_values(new.records)
     changes = []
-    for name in STAGE_NAMES:
+    for name in STAGE_ORDER:
         xs, ys = base_values[name], new_values[name]
         change = StageChange(stage=name, n_base=len(xs), n_new=len(ys))
         if xs:
@@ -152,7 +152,9 @@ def compare_pools(
 
 
 def _signed(value: float | None) -> str:
-    return "–" if value is None else f"{value:+.0f}"
+    if value is None:
+        return "–"
+    return "+0" if round(value) == 0 else f"{value:+.0f}"
 
 
 def render_comparison(
@@ -168,7 +170,7 @@ def render_comparison(
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for c in changes:
-        ci = "–" if c.ci_p50 is None else f"[{c.ci_p50[0]:+.0f}, {c.ci_p50[1]:+.0f}]"
+        ci = "–" if c.ci_p50 is None else f"[{_signed(c.ci_p50[0])}, {_signed(c.ci_p50[1])}]"
         flag = " ❌" if c.regressions else ""
         lines.append(
             f"| {c.stage}{flag} | {c.n_base}/{c.n_new} | {ms(c.base_p50)} | {ms(c.new_p50)} "

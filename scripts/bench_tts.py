@@ -1,0 +1,157 @@
+"""Streaming synthesis benchmark: first-phrase size vs first_phrase + tts_ttfb, gaps, RTF.
+
+For each chunking setting, the real LLM (llama.cpp in-process) answers the sample user
+turns while the phrase chunker and Piper run on its live token stream, as in a call:
+``first_phrase`` (first token -> first phrase released), ``tts_ttfb`` (phrase released ->
+its audio ready), and for every later phrase whether its audio was ready before the
+previous phrase finished playing (a gap the caller would hear). Also Piper's real-time
+factor over all phrases.
+
+    .venv/bin/python scripts/bench_tts.py [--rounds 2] [--out runs/bench_tts.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from agent import model_store
+from agent.llm.engines import InProcessLlama, Usage
+from agent.llm.prompt import prompt_messages
+from agent.settings import Settings
+from agent.synthesis.chunker import split_phrase
+from agent.synthesis.piper_tts import PiperVoiceModel
+from agent.synthesis.speakable import speakable
+
+RATE = 16000
+USER_TURNS = [
+    "And so my fellow Americans,",
+    "ask not what your country can do for you, ask what you can do for your country.",
+    "We must find a new home in the stars.",
+    "She had your dark suit in greasy wash water all year.",
+    "Can you tell me about the weather tomorrow?",
+]
+SETTINGS = [(1, 6), (2, 6), (3, 6), (4, 6), (6, 8), (99, 99)]  # (first_min_words, min_words)
+
+
+def pct(xs: list[float], q: int) -> float | None:
+    return round(float(np.percentile(xs, q)), 1) if xs else None
+
+
+async def answer(
+    llm: InProcessLlama, voice: PiperVoiceModel, pool: ThreadPoolExecutor, settings: Settings,
+    user: str, first_min: int, min_words: int,
+) -> dict:  # fmt: skip
+    """One answer: chunk the live token stream, synthesise phrases in order off the loop."""
+    loop = asyncio.get_running_loop()
+    s = settings.llm
+    messages = prompt_messages(s.system_prompt, [{"role": "user", "content": user}], 4)
+    buffer, first_token, phrases = "", None, []
+
+    def release(text: str) -> None:
+        spoken = speakable(text)
+        if any(c.isalnum() for c in spoken):
+            released = time.perf_counter()
+            job = loop.run_in_executor(pool, voice.synthesize, spoken, RATE)
+            phrases.append((spoken, released, job))
+
+    async for item in llm.stream(messages, max_tokens=s.max_tokens, temperature=0.2):
+        if isinstance(item, Usage):
+            continue
+        first_token = first_token or time.perf_counter()
+        buffer += item
+        while (end := split_phrase(buffer, not phrases, first_min, min_words)) is not None:
+            release(buffer[:end])
+            buffer = buffer[end:]
+    release(buffer)
+    if not phrases or first_token is None:
+        return {}
+    ready, audio_secs, synth_secs = [], [], 0.0
+    for _, released, job in phrases:
+        audio = await job
+        ready.append(time.perf_counter())
+        audio_secs.append(len(audio) / RATE)
+        synth_secs += ready[-1] - released  # upper bound: includes queueing behind earlier
+    # Playback: each phrase starts when ready and the previous one has finished.
+    gaps, play_end = [], ready[0] + audio_secs[0]
+    for k in range(1, len(phrases)):
+        gaps.append(max(0.0, ready[k] - play_end))
+        play_end = max(ready[k], play_end) + audio_secs[k]
+    first_ready = await phrases[0][2]
+    return {
+        "first_phrase_words": len(phrases[0][0].split()),
+        "first_phrase_ms": (phrases[0][1] - first_token) * 1000,
+        "tts_ttfb_ms": (ready[0] - phrases[0][1]) * 1000,
+        "gaps_ms": [g * 1000 for g in gaps],
+        "audio_secs": sum(audio_secs),
+        "first_audio_secs": len(first_ready) / RATE,
+    }
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=Path("runs/bench_tts.json"))
+    args = parser.parse_args()
+    settings = Settings()
+    llm = InProcessLlama(
+        model_store.resolve(settings.llm.model, "llm", settings.models_dir), settings.llm
+    )
+    voice = PiperVoiceModel(model_store.resolve(settings.tts.voice, "tts", settings.models_dir))
+    voice.synthesize("Warm up.", RATE)
+    pool = ThreadPoolExecutor(max_workers=1)
+
+    start = time.perf_counter()
+    sample = "I can help with that, and I will call you back tomorrow morning."
+    rtf_audio = len(voice.synthesize(sample, RATE)) / RATE
+    rtf = (time.perf_counter() - start) / rtf_audio
+
+    report: dict = {"piper_rtf": round(rtf, 3), "settings": []}
+    for first_min, min_words in SETTINGS:
+        rows = []
+        for _ in range(args.rounds):
+            for user in USER_TURNS:
+                row = await answer(llm, voice, pool, settings, user, first_min, min_words)
+                if row:
+                    rows.append(row)
+        both = [r["first_phrase_ms"] + r["tts_ttfb_ms"] for r in rows]
+        gaps = [g for r in rows for g in r["gaps_ms"]]
+        report["settings"].append(
+            {
+                "first_min_words": first_min,
+                "min_words": min_words,
+                "answers": len(rows),
+                "first_phrase_words_p50": pct([r["first_phrase_words"] for r in rows], 50),
+                "first_phrase_p50_ms": pct([r["first_phrase_ms"] for r in rows], 50),
+                "tts_ttfb_p50_ms": pct([r["tts_ttfb_ms"] for r in rows], 50),
+                "first_phrase_plus_tts_ttfb_p50_ms": pct(both, 50),
+                "first_phrase_plus_tts_ttfb_p95_ms": pct(both, 95),
+                "later_phrases": len(gaps),
+                "audible_gaps": sum(1 for g in gaps if g > 0),
+                "gap_ms_max": pct(gaps, 100),
+            }
+        )
+    print(f"Piper real-time factor: {report['piper_rtf']}")
+    head = ("first/min", "words", "phrase", "ttfb", "sum p50", "sum p95", "gaps")
+    print("{:>9} {:>5} {:>7} {:>6} {:>8} {:>8} {:>6}".format(*head))
+    for row in report["settings"]:
+        print(
+            f"{row['first_min_words']:>4}/{row['min_words']:<4} "
+            f"{row['first_phrase_words_p50']!s:>5} "
+            f"{row['first_phrase_p50_ms']!s:>7} {row['tts_ttfb_p50_ms']!s:>6} "
+            f"{row['first_phrase_plus_tts_ttfb_p50_ms']!s:>8} "
+            f"{row['first_phrase_plus_tts_ttfb_p95_ms']!s:>8} "
+            f"{row['audible_gaps']}/{row['later_phrases']:<4}"
+        )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,251 @@
+"""One live call: its clock, recording, pipeline, observer and files.
+
+A call runs until the caller hangs up (``hang_up()``: the client closed, Twilio said ``stop``,
+Ctrl-C); then its pipeline is cancelled (the caller is gone, nothing is left to play) and
+its files are written under ``calls/<timestamp>-<kind>-<id>/``: ``turns.jsonl`` (the replay
+contract's records, plus ``barge_in_ms`` on interrupted turns), ``summary.json``,
+``call.json`` (who, when, why it ended, transport details) and, unless disabled,
+``call.wav``. ``turns.jsonl`` is also rewritten after every answer, so a call that dies
+leaves its turns behind.
+
+The turn records are taken from the timer when an answer finishes (the bot stopped, was
+interrupted, or had nothing to say), not from the timer's ``on_turn`` hand-over: that one
+fires when the next turn's speech starts, which is before a barge-in's ``interrupted``
+event lands on the turn it cut off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from loguru import logger
+from pipecat.frames.frames import (
+    BotStoppedSpeakingFrame,
+    InterimTranscriptionFrame,
+    TranscriptionFrame,
+    TTSTextFrame,
+)
+from pipecat.observers.base_observer import BaseObserver, FramePushed
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+
+from agent.clock import CallClock, CallRecorder
+from agent.frames import NoReplyFrame, TimelineEventFrame
+from agent.live.io import LiveInput, LiveOutput, NullRecorder
+from agent.llm.engines import ChatEngine
+from agent.pipeline import AgentModels, build_pipeline, run_pipeline
+from agent.settings import Settings
+from agent.timing.budget import Budget
+from agent.timing.summary import summarize
+from agent.timing.turn_timer import Turn, TurnTimer
+
+Event = dict[str, Any]
+CANCEL_WAIT_SECS = 10.0
+
+
+@dataclass
+class Runtime:
+    """What every call of this process shares: settings, loaded models, LLM engine, budget."""
+
+    settings: Settings
+    models: AgentModels
+    engine: ChatEngine
+    budget: Budget
+
+
+def with_barge_in(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Add ``barge_in_ms`` (caller speech start -> bot audio stopped) to interrupted turns.
+
+    The caller's speech that cut the bot off opens the next turn, so its ``speech_start``
+    is that turn's.
+    """
+    for record, following in zip(records, records[1:] + [None], strict=True):
+        stopped = record["events"].get("interrupted")
+        started = following["events"].get("speech_start") if following else None
+        record["barge_in_ms"] = (
+            round(stopped - started, 1) if stopped is not None and started is not None else None
+        )
+    return records
+
+
+def answered_turn(turns: list[Turn]) -> Turn | None:
+    """The turn the bot is answering: the latest one whose end has been decided."""
+    for turn in reversed(turns):
+        if turn.events["turn_end"] is not None:
+            return turn
+    return None
+
+
+class CallObserver(BaseObserver):
+    """Feeds the turn timer first (its clock readings stay exact), then reports the call.
+
+    Reports go to ``emit`` as small JSON-able events: ``interim``/``final`` transcripts,
+    ``bot_text`` (a phrase, once its audio was played), ``barge_in`` and ``turn`` (the turn
+    record, whenever an answer finishes). ``emit`` must not block.
+    """
+
+    def __init__(
+        self,
+        timer: TurnTimer,
+        budget: Budget,
+        output: FrameProcessor,
+        emit: Callable[[Event], None],
+        on_answer: Callable[[], None],
+    ) -> None:
+        super().__init__()
+        self.timer = timer
+        self._budget = budget
+        self._output = output
+        self._emit = emit
+        self._on_answer = on_answer
+        self._speech_start: float | None = None
+
+    async def on_push_frame(self, data: FramePushed) -> None:
+        await self.timer.on_push_frame(data)
+        frame = data.frame
+        if data.source is self._output and data.direction == FrameDirection.DOWNSTREAM:
+            # What the transport passes on has been played (a phrase's text follows its audio).
+            if isinstance(frame, TTSTextFrame):
+                self._emit({"type": "bot_text", "text": frame.text})
+            elif isinstance(frame, BotStoppedSpeakingFrame):
+                self._answer_finished()
+        if not data.first_push:
+            return
+        if isinstance(frame, InterimTranscriptionFrame):
+            self._emit({"type": "interim", "text": frame.text})
+        elif isinstance(frame, TranscriptionFrame):
+            self._emit({"type": "final", "text": frame.text})
+        elif isinstance(frame, TimelineEventFrame):
+            await self._on_event(frame)
+        elif isinstance(frame, NoReplyFrame):
+            self._answer_finished()
+
+    async def _on_event(self, frame: TimelineEventFrame) -> None:
+        if frame.event == "speech_start":
+            self._speech_start = frame.at_ms
+        elif frame.event == "interrupted":
+            latency = None
+            if self._speech_start is not None:
+                latency = round(frame.at_ms - self._speech_start, 1)
+            self._emit({"type": "barge_in", "ms": latency})
+            self._answer_finished()
+
+    def _answer_finished(self) -> None:
+        turn = answered_turn(self.timer.turns)
+        if turn is not None:
+            self._emit({"type": "turn", "record": turn.record(self._budget)})
+        self._on_answer()
+
+
+class LiveCall:
+    """One caller, one pipeline, one folder of results."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        calls_dir: Path,
+        *,
+        kind: str,
+        record_wav: bool = True,
+        emit: Callable[[Event], None] | None = None,
+        details: Callable[[], dict[str, Any]] | None = None,
+    ) -> None:
+        self.runtime = runtime
+        self.kind = kind
+        self.id = secrets.token_hex(3)
+        self.dir = calls_dir / f"{time.strftime('%Y%m%d-%H%M%S')}-{kind}-{self.id}"
+        rate = runtime.settings.sample_rate
+        self.clock = CallClock()
+        self.recorder: CallRecorder = CallRecorder(rate) if record_wav else NullRecorder(rate)
+        self.info: dict[str, Any] = {"id": self.id, "kind": kind}
+        self._record_wav = record_wav
+        self._emit = emit or (lambda _event: None)
+        self._details = details
+        self._hang_up = asyncio.Event()
+        self._end_reason = "the pipeline ended"
+        self._timer: TurnTimer | None = None
+        self._started = time.time()
+
+    @property
+    def rate(self) -> int:
+        return self.runtime.settings.sample_rate
+
+    def hang_up(self, reason: str) -> None:
+        """End the call (safe to call more than once, and before ``run``)."""
+        if not self._hang_up.is_set():
+            self._end_reason = reason
+            self._hang_up.set()
+
+    async def run(self, transport_in: LiveInput, transport_out: LiveOutput) -> list[dict]:
+        """Run the call until it is hung up; write its files; return its turn records."""
+        rt = self.runtime
+        self.dir.mkdir(parents=True, exist_ok=True)
+        pipeline = build_pipeline(
+            transport_in, transport_out, models=rt.models, engine=rt.engine,
+            settings=rt.settings, clock=self.clock,
+        )  # fmt: skip
+        self._timer = TurnTimer(self.clock, rt.budget)
+        observer = CallObserver(self._timer, rt.budget, transport_out, self._emit,
+                                self._write_turns)  # fmt: skip
+        running = asyncio.ensure_future(run_pipeline(pipeline, rate=self.rate,
+                                                     observers=[observer]))  # fmt: skip
+        hung_up = asyncio.ensure_future(self._hang_up.wait())
+        try:
+            await asyncio.wait({running, hung_up}, return_when=asyncio.FIRST_COMPLETED)
+            if not running.done():
+                await transport_in.hang_up(self._end_reason)
+                await asyncio.wait({running}, timeout=CANCEL_WAIT_SECS)
+            if not running.done():
+                logger.warning("call {}: the pipeline did not stop in time", self.id)
+                running.cancel()
+                await asyncio.wait({running}, timeout=CANCEL_WAIT_SECS)
+            elif running.exception() is not None:
+                exc = running.exception()
+                logger.error("call {}: the pipeline failed: {}: {}", self.id,
+                             type(exc).__name__, exc)  # fmt: skip
+                self._end_reason = f"the pipeline failed: {type(exc).__name__}"
+        finally:
+            hung_up.cancel()
+            if not running.done():
+                running.cancel()
+            records = self._finish()
+        return records
+
+    def _records(self, *, final: bool) -> list[dict[str, Any]]:
+        if self._timer is None:
+            return []
+        if final:
+            return with_barge_in(self._timer.records())
+        return with_barge_in([t.record(self.runtime.budget) for t in self._timer.turns])
+
+    def _write_turns(self, records: list[dict[str, Any]] | None = None) -> None:
+        """Rewrite turns.jsonl with every turn so far (atomically)."""
+        records = self._records(final=False) if records is None else records
+        tmp = self.dir / "turns.jsonl.tmp"
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+        tmp.replace(self.dir / "turns.jsonl")
+
+    def _finish(self) -> list[dict[str, Any]]:
+        records = self._records(final=True)
+        self._write_turns(records)
+        if self._record_wav:
+            self.recorder.save(self.dir / "call.wav")
+        summary = summarize(records, self.runtime.budget)
+        (self.dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        self.info.update(
+            started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self._started)),
+            duration_s=round(time.time() - self._started, 1),
+            end_reason=self._end_reason,
+            turns=len(records),
+            barge_in_ms=[r["barge_in_ms"] for r in records if r["barge_in_ms"] is not None],
+        )
+        if self._details is not None:
+            self.info.update(self._details())
+        (self.dir / "call.json").write_text(json.dumps(self.info, indent=2) + "\n")
+        return records

@@ -1,0 +1,154 @@
+"""The live commands, ``serve`` and ``talk``, added to the main ``voice-agent`` app.
+
+``agent.cli`` imports this module while it is still being defined, so its helpers
+(``user_errors``, ``_settings``) are looked up when a command runs, not at import time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from agent.errors import UserError
+
+if TYPE_CHECKING:
+    from agent.live.call import Runtime
+    from agent.settings import Settings
+
+ConfigOpt = Annotated[Path | None, typer.Option("--config", help="YAML settings file.")]
+LlmUrlOpt = Annotated[
+    str | None, typer.Option(help="OpenAI-compatible base URL instead of llama.cpp.")
+]
+LlmModelOpt = Annotated[str | None, typer.Option(help="LLM model name or GGUF path.")]
+CallsDirOpt = Annotated[
+    Path, typer.Option("--calls-dir", help="Each call writes <calls-dir>/<timestamp>-<kind>-<id>/.")
+]
+WavOpt = Annotated[bool, typer.Option("--wav/--no-wav", help="Also write call.wav per call.")]
+
+
+def _guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The main CLI's ``user_errors``: expected mistakes are one line and exit status 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from agent.cli import user_errors
+
+        return user_errors(fn)(*args, **kwargs)
+
+    return wrapper
+
+
+def _runtime_settings(
+    config: Path | None, llm_url: str | None, llm_model: str | None, **more: Any
+) -> Settings:
+    from agent.cli import _settings
+
+    return _settings(
+        config, llm__engine="openai" if llm_url else None, llm__base_url=llm_url,
+        llm__model=llm_model, **more,
+    )  # fmt: skip
+
+
+@contextmanager
+def _runtime(settings: Settings) -> Iterator[Runtime]:
+    """Budget, models and LLM engine, loaded once for every call of this process."""
+    from agent.live.call import Runtime
+    from agent.pipeline import AgentModels, llm_engine
+    from agent.timing.budget import load_budget
+
+    budget = load_budget(settings.budget_file, settings.budget_profile)
+    typer.echo("loading models and starting the LLM engine…", err=True)
+    models = AgentModels.load(settings)
+    with llm_engine(settings) as engine:
+        yield Runtime(settings=settings, models=models, engine=engine, budget=budget)
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Fail in one line before minutes of model loading if the port is taken."""
+    if port == 0:
+        return
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise UserError(
+                f"cannot listen on {host}:{port} ({exc.strerror}): pick another --port"
+            ) from None
+
+
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on (loopback by default).")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option(help="TCP port for the page and both websockets.")] = 8765,
+    calls_dir: CallsDirOpt = Path("calls"),
+    wav: WavOpt = True,
+    budget: Annotated[Path | None, typer.Option(help="Budget file.")] = None,
+    profile: Annotated[str | None, typer.Option(help="Budget profile (e.g. cpu, gpu).")] = None,
+    config: ConfigOpt = None,
+    llm_url: LlmUrlOpt = None,
+    llm_model: LlmModelOpt = None,
+) -> None:
+    """Serve live calls: a phone bridge (/phone, Twilio Media Streams) and a browser page (/)."""
+    from agent.live.server import CallServer, serve_calls
+
+    settings = _runtime_settings(config, llm_url, llm_model, budget_file=budget,
+                                 budget_profile=profile)  # fmt: skip
+    _check_port_free(host, port)
+    with _runtime(settings) as runtime:
+        server = CallServer(runtime, calls_dir, record_wav=wav,
+                            say=lambda line: typer.echo(line))  # fmt: skip
+        asyncio.run(serve_calls(server, host, port))
+
+
+def talk(
+    input_device: Annotated[
+        str | None, typer.Option(help="Microphone: a device index or part of its name.")
+    ] = None,
+    output_device: Annotated[
+        str | None, typer.Option(help="Speaker: a device index or part of its name.")
+    ] = None,
+    list_devices: Annotated[
+        bool, typer.Option("--list-devices", help="List the sound devices and exit.")
+    ] = False,
+    calls_dir: CallsDirOpt = Path("calls"),
+    wav: WavOpt = True,
+    config: ConfigOpt = None,
+    llm_url: LlmUrlOpt = None,
+    llm_model: LlmModelOpt = None,
+) -> None:
+    """Talk to the agent through this machine's microphone and speaker (Ctrl-C hangs up)."""
+    from agent.live.talk import import_sounddevice
+    from agent.live.talk import talk as talk_call
+    from agent.transports.sounddevice_io import describe_devices, resolve_device
+
+    sd = import_sounddevice()
+    if list_devices:
+        lines = describe_devices(sd)
+        if not lines:
+            raise UserError("no sound device: PortAudio sees no audio device on this machine")
+        typer.echo("\n".join(lines))
+        return
+    mic = resolve_device(sd, input_device, "input")
+    speaker = resolve_device(sd, output_device, "output")
+    settings = _runtime_settings(config, llm_url, llm_model)
+    with _runtime(settings) as runtime:
+        call = asyncio.run(
+            talk_call(runtime, sd, input_device=mic, output_device=speaker, calls_dir=calls_dir,
+                      record_wav=wav, say=lambda line: typer.echo(line))
+        )  # fmt: skip
+    typer.echo(f"call ended: {call.info.get('turns', 0)} turn(s); files in {call.dir}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``serve`` and ``talk`` to the main app."""
+    app.command("serve")(_guarded(serve))
+    app.command("talk")(_guarded(talk))

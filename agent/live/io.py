@@ -1,0 +1,164 @@
+"""The two halves every live transport shares: caller audio in, paced bot audio out.
+
+``LiveInput`` takes caller audio from whatever delivers it (a websocket handler, a sound
+card thread), cuts it into 20 ms frames and pushes them into the pipeline from its own task,
+recording each frame on the call's timeline.
+
+``LiveOutput`` is the replay transport's simulated speaker (same pacing, same timeline events,
+same recording) with a listener attached: each chunk is also delivered to the caller, and a
+barge-in flushes what the listener still has queued. Pacing writes at the listener's playback
+speed keeps the bot's speaking state true to what the caller hears, so barge-in works and
+a flush drops at most a chunk or two.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from loguru import logger
+from pipecat.frames.frames import (
+    CancelFrame,
+    CancelWorkerFrame,
+    EndFrame,
+    Frame,
+    InputAudioRawFrame,
+    InterruptionFrame,
+    OutputAudioRawFrame,
+    StartFrame,
+)
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+
+from agent.clock import CallClock, CallRecorder
+from agent.transports.replay import FRAME_MS, SimulatedSpeakerOutput
+
+JITTER_MS = 120  # arrival jitter absorbed before the user track re-syncs to the clock
+MAX_BACKLOG_SECS = 5.0  # caller audio the pipeline may fall behind before frames are dropped
+
+
+class NullRecorder(CallRecorder):
+    """A recorder that keeps nothing: calls that do not write call.wav use no memory for it."""
+
+    def write_user(self, pos: int, pcm: bytes) -> None:
+        pass
+
+    def write_bot(self, pos: int, pcm: bytes) -> None:
+        pass
+
+    def cut_bot(self, pos: int) -> None:
+        pass
+
+
+class LiveInput(FrameProcessor):
+    """Caller audio (16-bit mono at the pipeline rate, any chunk size) -> 20 ms input frames."""
+
+    def __init__(self, clock: CallClock, recorder: CallRecorder, *, rate: int) -> None:
+        super().__init__()
+        self._clock = clock
+        self._recorder = recorder
+        self._rate = rate
+        self._frame_bytes = rate * FRAME_MS // 1000 * 2
+        self._pending = bytearray()
+        self._frames: asyncio.Queue[bytes] = asyncio.Queue()
+        self._max_frames = int(MAX_BACKLOG_SECS * 1000 / FRAME_MS)
+        self._dropped = 0
+        self._cursor: int | None = None  # next sample position on the user track
+        self._task: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._started = False
+        self._hang_up_reason: str | None = None
+
+    def feed(self, pcm: bytes) -> None:
+        """Take caller audio (on the event loop; never blocks)."""
+        self._pending += pcm
+        while len(self._pending) >= self._frame_bytes:
+            frame = bytes(self._pending[: self._frame_bytes])
+            del self._pending[: self._frame_bytes]
+            if self._frames.qsize() >= self._max_frames:
+                self._frames.get_nowait()  # the pipeline is stuck: keep the newest audio
+                self._dropped += 1
+                if self._dropped == 1:
+                    logger.warning("caller audio backlog over {} s: dropping old frames",
+                                   MAX_BACKLOG_SECS)  # fmt: skip
+            self._frames.put_nowait(frame)
+
+    def feed_threadsafe(self, pcm: bytes) -> None:
+        """Take caller audio from another thread (a sound card callback)."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.feed, pcm)
+
+    async def hang_up(self, reason: str) -> None:
+        """End the call now: the caller is gone, so nothing queued is worth playing."""
+        self._hang_up_reason = reason
+        if self._started:
+            await self.push_frame(CancelWorkerFrame(reason=reason), FrameDirection.UPSTREAM)
+
+    def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The event loop ``feed_threadsafe`` hands audio to."""
+        self._loop = loop
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        if isinstance(frame, StartFrame):
+            await self.push_frame(frame, direction)
+            self._loop = asyncio.get_running_loop()
+            self._task = self.create_task(self._pump())
+            self._started = True
+            if self._hang_up_reason is not None:  # hung up while the pipeline was starting
+                await self.hang_up(self._hang_up_reason)
+            return
+        if isinstance(frame, EndFrame | CancelFrame):
+            await self.on_stopped()
+            if self._task is not None:
+                await self.cancel_task(self._task)
+                self._task = None
+        await self.push_frame(frame, direction)
+
+    async def on_stopped(self) -> None:
+        """Hook: the call ends (a sound card closes its stream here)."""
+        return None
+
+    def _position(self, at_ms: float, samples: int) -> int:
+        """Where a frame goes on the user track: right after the last one unless a gap opened."""
+        now = self._recorder.position(at_ms)
+        if self._cursor is None or now - self._cursor > JITTER_MS * self._rate // 1000:
+            self._cursor = now
+        pos = self._cursor
+        self._cursor += samples
+        return pos
+
+    async def _pump(self) -> None:
+        while True:
+            pcm = await self._frames.get()
+            at_ms = self._clock.now_ms()
+            self._recorder.write_user(self._position(at_ms, len(pcm) // 2), pcm)
+            await self.push_frame(
+                InputAudioRawFrame(audio=pcm, sample_rate=self._rate, num_channels=1)
+            )
+
+
+class LiveOutput(SimulatedSpeakerOutput):
+    """Bot audio to a live listener at playback pace; a barge-in flushes the listener."""
+
+    def __init__(self, clock: CallClock, recorder: CallRecorder, *, rate: int) -> None:
+        super().__init__(clock, recorder, rate=rate)
+        # A live call ends when the caller has gone: no closing silence to pace out.
+        self._params.audio_out_end_silence_secs = 0
+
+    async def deliver(self, pcm: bytes) -> bool:
+        """Hand one chunk of bot audio (16-bit mono, pipeline rate) to the listener."""
+        raise NotImplementedError
+
+    async def flush_listener(self) -> None:
+        """Make the listener drop the bot audio it has not played yet."""
+        raise NotImplementedError
+
+    async def write_audio_frame(self, frame: OutputAudioRawFrame) -> bool:
+        if not await self.deliver(frame.audio):
+            return False
+        return await super().write_audio_frame(frame)
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        if isinstance(frame, InterruptionFrame):
+            await self.flush_listener()
+        await super().process_frame(frame, direction)

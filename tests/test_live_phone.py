@@ -1,0 +1,174 @@
+"""The phone bridge end to end: a real server, a simulated Twilio caller, real models.
+
+The caller streams 20 ms mu-law frames at real-time pace for the whole call, like a phone
+line, so endpointing, barge-in and hang-up are exercised as they would be on a call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import warnings
+
+import numpy as np
+import pytest
+import soundfile as sf
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from agent.audio import load_audio, speech_bounds
+from agent.live.caller import PhoneCaller
+from agent.transports.phone import Rate2Converter, mulaw_decode, mulaw_encode
+from tests.conftest import SAMPLES, wer
+from tests.live_server import serving
+
+RATE = 16000
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with serving(tmp_path_factory.mktemp("calls")) as running:
+        yield running
+
+
+def clip(name: str, lead_secs: float | None = None) -> np.ndarray:
+    """A sample at 16 kHz; with ``lead_secs``, only that much silence kept before the speech."""
+    samples = load_audio(SAMPLES / name, RATE)
+    if lead_secs is not None:
+        start = speech_bounds(samples, RATE)[0]
+        samples = samples[max(0, start - int(lead_secs * RATE)) :]
+    return samples
+
+
+def test_mulaw_codec_matches_the_g711_tables():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import audioop  # the reference, while Python still ships it
+    every_code = bytes(range(256))
+    reference = np.frombuffer(audioop.ulaw2lin(every_code, 2), dtype=np.int16)
+    assert np.array_equal(mulaw_decode(every_code), reference)
+    ramp = np.arange(-32768, 32768, dtype=np.int64).astype(np.int16)
+    ours = np.frombuffer(mulaw_encode(ramp), dtype=np.uint8).astype(int)
+    theirs = np.frombuffer(audioop.lin2ulaw(ramp.tobytes(), 2), dtype=np.uint8).astype(int)
+    # audioop truncates to 14 bits first, so a few negative values at segment edges land
+    # one code away; everything else is identical.
+    assert np.mean(ours == theirs) > 0.99 and np.abs(ours - theirs).max() <= 1
+
+
+def test_8k_round_trip_keeps_the_telephone_band():
+    t = np.arange(RATE) / RATE
+    tone = (8000 * np.sin(2 * np.pi * 1000 * t)).astype(np.int16)
+    alias = (8000 * np.sin(2 * np.pi * 6000 * t)).astype(np.int16)  # above 4 kHz: must go
+    down, up = Rate2Converter(up=False), Rate2Converter(up=True)
+    out = np.concatenate([up(down(tone[i : i + 320])) for i in range(0, RATE, 320)])
+    lag = 2 * (len(Rate2Converter.TAPS) - 1) // 2  # both filters' delay, at 16 kHz
+    err = out[lag + 1000 :].astype(float) - tone[1000 : RATE - lag].astype(float)
+    assert np.sqrt(np.mean(err**2)) < 0.02 * 8000 / np.sqrt(2)
+    down = Rate2Converter(up=False)
+    leaked = np.concatenate([down(alias[i : i + 320]) for i in range(0, RATE, 320)])
+    assert np.abs(leaked[200:]).max() < 8000 * 10 ** (-40 / 20)
+
+
+async def test_call_answers_is_cut_off_by_the_caller_and_hangs_up(server, manifest):
+    question = clip("ldc93s1.wav")
+    barge_in = clip("new_home_in_the_stars.wav", lead_secs=0.1)
+    barge_in_start = speech_bounds(barge_in, RATE)[0]
+    async with PhoneCaller(server.url("/phone")) as phone:
+        await asyncio.sleep(0.5)
+        asked = phone.speak(question)
+        reply = await phone.wait_for("media", 0.0, 40)
+        assert reply is not None, "no bot audio came back"
+        assert asked.done.is_set(), "the bot spoke before the caller had finished"
+
+        # Talk over the bot while its audio is arriving: the phone must be told to clear.
+        interrupting = phone.speak(barge_in)
+        clear = await phone.wait_for("clear", reply.at, 15)
+        assert clear is not None, "no clear after the caller talked over the bot"
+        spoke_at = interrupting.sent_time(barge_in_start)
+        assert clear.at > spoke_at, "clear came before the caller started talking"
+        assert clear.at - spoke_at < 1.5, f"barge-in took {clear.at - spoke_at:.2f} s"
+        # While the caller goes on talking the bot stays quiet: its queued audio was dropped.
+        await interrupting.done.wait()
+        assert not [r for r in phone.media_after(clear.at) if r.at < clear.at + 1.0]
+
+        answer = await phone.wait_for("media", clear.at + 1.0, 40)
+        assert answer is not None, "the interrupting turn got no answer"
+        assert await phone.wait_quiet(1.0, 40)
+        assert await phone.hang_up(30), "the server did not close the call after stop"
+
+    heard = phone.bot_audio()
+    assert len(heard) > 8000 * 0.5 and np.sqrt(np.mean(heard.astype(float) ** 2)) > 300
+    assert phone.events("mark"), "no mark after a spoken phrase"
+
+    folder = server.calls("phone")[-1]
+    records = [json.loads(x) for x in (folder / "turns.jsonl").read_text().splitlines()]
+    assert len(records) >= 2
+    first, second = records[0], records[1]
+    # 8 kHz telephone audio costs tiny.en some words of this clip; it must still be close.
+    assert wer(manifest["ldc93s1.wav"]["text"], first["user_text"]) <= 0.6, first["user_text"]
+    assert first["voice_to_voice_ms"] > 0 and first["interrupted"] is True
+    assert 0 < first["barge_in_ms"] < 1500
+    home = manifest["new_home_in_the_stars.wav"]["text"]
+    assert wer(home, second["user_text"]) <= 0.25, second["user_text"]
+    assert second["voice_to_voice_ms"] > 0 and second["bot_text"]
+    info = json.loads((folder / "call.json").read_text())
+    assert info["end_reason"] == "the phone sent stop"
+    assert info["stream_sid"] == phone.stream_sid and info["marks_played"] >= 1
+    audio, rate = sf.read(folder / "call.wav", dtype="int16")
+    assert rate == RATE and audio.shape[1] == 2 and np.abs(audio[:, 1]).max() > 1000
+    assert (folder / "summary.json").exists()
+
+
+async def test_bad_messages_cost_a_line_not_the_server(server):
+    url = server.url("/phone")
+    # Junk before the start, then a media format the bridge does not speak: that call ends.
+    async with connect(url) as ws:
+        await ws.send("this is not json")
+        await ws.send(b"\x00\x01binary")
+        await ws.send(json.dumps({"event": "media", "media": {"payload": "AAAA"}}))
+        fmt = {"encoding": "audio/l16", "sampleRate": 16000, "channels": 1}
+        await ws.send(json.dumps({"event": "start", "start": {"streamSid": "MZ1",
+                                                               "mediaFormat": fmt}}))  # fmt: skip
+        with pytest.raises(ConnectionClosed):
+            await asyncio.wait_for(ws.recv(), 15)
+        assert ws.close_code == 1003
+    # Junk in the middle of a call: each message is skipped, the call goes on and ends well.
+    async with PhoneCaller(url) as phone:
+        for junk in ("{{{", "[1, 2]", json.dumps({"event": "bogus"}),
+                     json.dumps({"event": "media", "media": {"payload": "***"}}),
+                     json.dumps({"event": "media", "media": {}})):  # fmt: skip
+            await phone.send(junk)
+        await asyncio.sleep(1.0)
+        assert not phone.closed.is_set()
+        assert await phone.hang_up(30)
+    # The server is still there for the next caller.
+    async with PhoneCaller(url) as phone:
+        assert await phone.hang_up(30)
+    log = "\n".join(server.stderr)
+    assert "not JSON" in log and "unsupported media format" in log and "not base64" in log
+    assert "Traceback" not in log
+
+
+async def test_many_calls_at_once_each_get_their_own_pipeline(server):
+    before = set(server.calls("phone"))
+    question = clip("new_home_in_the_stars.wav")
+
+    async def one_call() -> PhoneCaller:
+        async with PhoneCaller(server.url("/phone")) as phone:
+            await asyncio.sleep(0.3)
+            asked = phone.speak(question)
+            await asked.done.wait()
+            await phone.wait_for("media", asked.sent_at[0], 60)
+            await phone.wait_quiet(1.0, 60)
+            assert await phone.hang_up(30)
+        return phone
+
+    phones = await asyncio.wait_for(asyncio.gather(one_call(), one_call()), 180)
+    assert all(p.events("media") for p in phones), "a concurrent call got no answer"
+    new = sorted(set(server.calls("phone")) - before)
+    assert len(new) == 2
+    for folder in new:
+        written = {p.name for p in folder.iterdir()}
+        assert {"turns.jsonl", "call.json", "call.wav", "summary.json"} <= written
+        records = [json.loads(x) for x in (folder / "turns.jsonl").read_text().splitlines()]
+        assert records and records[0]["voice_to_voice_ms"] > 0

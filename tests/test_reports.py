@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from agent.reports.clips import Clip, turn_clips
+from agent.reports.load import load_runs
 from agent.timing.budget import load_budget
 from agent.timing.summary import stage_values, summarize
 from agent.timing.timeline import STAGE_NAMES, stages_and_gaps
@@ -145,9 +147,22 @@ def test_html_report_is_self_contained_with_each_turns_audio(run, reports):
         assert np.array_equal(audio, call[first : first + len(audio)])
         events = turn["events"]
         assert float(start_ms) <= events["speech_start"]
-        assert float(start_ms) + len(audio) / rate * 1000 >= events["bot_audio_end"]
+        # (the last turn's clip ends with call.wav, at bot_audio_end to the sample)
+        assert float(start_ms) + (len(audio) + 1) / rate * 1000 >= events["bot_audio_end"]
         assert np.abs(audio[:, 0]).max() > 1000, "the caller is audible"
         assert np.abs(audio[:, 1]).max() > 1000, "the bot is audible"
+
+
+def test_silent_bot_check_reads_call_wav(run):
+    """The HTML's call.wav check: real clips pass; the same clip with the answer muted is caught."""
+    pool = load_runs([run])
+    clips = turn_clips(pool)
+    for turn in pool.turns:
+        clip, at = clips[turn.label], turn.record["events"]["first_audio_out"]
+        assert not clip.bot_silent_after(at)
+        muted = clip.audio.copy()
+        muted[round((at - clip.start_ms) * clip.rate / 1000) :, 1] = 0
+        assert Clip(muted, clip.rate, clip.start_ms).bot_silent_after(at)
 
 
 # -- the HTML in a real browser -------------------------------------------------------------

@@ -30,6 +30,19 @@ class Clip:
     start_ms: float
     missing: str | None = None
 
+    def bot_silent_after(self, at_ms: float | None, floor: int = 300) -> bool:
+        """True when first_audio_out is set but the bot channel stays silent from then on.
+
+        DESIGN.md says anyone can check voice_to_voice from call.wav alone; this is that check
+        for the start of the answer (floor: about -40 dBFS on int16).
+        """
+        if self.audio is None or at_ms is None:
+            return False
+        first = max(int((at_ms - self.start_ms) / 1000 * self.rate), 0)
+        if first >= len(self.audio):
+            return True
+        return int(np.abs(self.audio[first:, 1].astype(np.int32)).max()) < floor
+
     def data_uri(self) -> str:
         """A 16-bit PCM stereo WAV as a data: URI (every browser plays it, no server needed)."""
         assert self.audio is not None

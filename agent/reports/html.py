@@ -147,6 +147,11 @@ def _turn_card(turn: Turn, index: int, clip: Clip | None, budget: Budget) -> str
     ]
     if clip is not None and clip.audio is not None:
         parts.append(waveform_svg(clip.audio, clip.rate, clip.start_ms, record, index))
+        if clip.bot_silent_after(record["events"].get("first_audio_out")):
+            parts.append(
+                '<p class="fail">call.wav: the bot channel is silent after first_audio_out, '
+                "so this turn's voice-to-voice is not what the caller heard.</p>"
+            )
         parts.append(
             f'<audio controls preload="none" data-clip="{index}" data-x0="{LABEL_W}" '
             f'data-w="{PLOT_W}" data-start-ms="{clip.start_ms:.3f}" src="{clip.data_uri()}">'
@@ -171,7 +176,11 @@ def render_html(pool: Pool, summary: dict[str, Any], budget: Budget, *, audio: b
     cache = summary["llm_cache"]
     kpis = "".join(
         [
-            _kpi(f"{ms(v2v['p50'])} ms", f"voice-to-voice p50 (budget {ms(limit.p50)})"),
+            _kpi(
+                f"{ms(v2v['p50'])} ms",
+                f"voice-to-voice p50 (budget {ms(limit.p50)})",
+                "fail" if limit.p50 and v2v["p50"] and v2v["p50"] > limit.p50 else "",
+            ),
             _kpi(
                 f"{ms(v2v['p95'])} ms",
                 f"voice-to-voice p95 (budget {ms(limit.p95)})",

@@ -1,0 +1,217 @@
+"""Live-call benchmark: voice-to-voice over /phone on loopback vs replay, and barge-in latency.
+
+One process loads the models and the LLM engine once, then:
+  1. replays the clips as turns of one call (the replay contract's voice_to_voice);
+  2. plays the same clips as turns of one phone call through a real websocket server on
+     loopback (a simulated Twilio caller streaming 8 kHz mu-law in real time), measured
+       - by the server (turn records: from the VAD's speech end, an estimate), and
+       - by the caller (from the clip's true speech end as sent, to the first bot audio
+         received: codec, socket and pacing included);
+  3. interrupts the bot N times: the caller asks, and once the answer's audio is arriving
+     talks over it; barge-in latency = caller speech start (as sent) -> ``clear`` received,
+     and the server's own ``barge_in_ms`` (VAD speech start -> bot audio stopped).
+Prints a table and writes JSON (default /tmp/bench_live.json).
+
+    .venv/bin/python scripts/bench_live.py [--rounds 2] [--barge-ins 6] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agent.audio import load_audio, speech_bounds
+from agent.live.call import Runtime
+from agent.live.caller import PhoneCaller
+from agent.live.server import CallServer, serve_calls
+from agent.pipeline import AgentModels, llm_engine
+from agent.replay import replay_call
+from agent.settings import Settings
+from agent.timing.budget import load_budget, percentile
+from agent.transports.replay import ReplayTurn
+
+SAMPLES = Path(__file__).resolve().parents[1] / "agent" / "samples"
+CLIPS = ["new_home_in_the_stars.wav", "ldc93s1.wav", "jfk_part2.wav"]
+RATE = 16000
+ANSWER_TIMEOUT = 40.0
+QUIET_SECS = 1.2  # no bot audio for this long: the answer is over
+
+
+def stats(values: list[float]) -> dict[str, Any]:
+    xs = [v for v in values if v is not None]
+    return {
+        "n": len(xs),
+        "p50": round(percentile(xs, 50), 1) if xs else None,
+        "p95": round(percentile(xs, 95), 1) if xs else None,
+        "values": [round(v, 1) for v in xs],
+    }
+
+
+def records(folder: Path) -> list[dict]:
+    return [json.loads(x) for x in (folder / "turns.jsonl").read_text().splitlines()]
+
+
+async def phone_turns(url: str, clips: list[np.ndarray]) -> list[float | None]:
+    """One call, one clip per turn; the caller's own voice-to-voice for each turn (ms)."""
+    measured: list[float | None] = []
+    async with PhoneCaller(url) as phone:
+        await asyncio.sleep(0.5)
+        for samples in clips:
+            end = speech_bounds(samples, RATE)[1]
+            utterance = phone.speak(samples)
+            await utterance.done.wait()
+            spoke_until = utterance.sent_time(end)
+            reply = await phone.wait_for("media", spoke_until, ANSWER_TIMEOUT)
+            measured.append(None if reply is None else (reply.at - spoke_until) * 1000)
+            await phone.wait_quiet(QUIET_SECS, ANSWER_TIMEOUT)
+        await phone.hang_up()
+    return measured
+
+
+async def barge_ins(url: str, question: np.ndarray, interruption: np.ndarray, n: int) -> list:
+    """Ask, talk over the answer once its audio arrives; one dict per attempt.
+
+    ``latency_ms``: caller speech start (as sent) -> ``clear`` received; None when no clear
+    came. ``bot_talking_ms``: how long the bot's audio kept arriving after the caller started
+    talking when there was no clear (a short answer that ended first has nothing to cut).
+    """
+    start = speech_bounds(interruption, RATE)[0]
+    attempts: list[dict[str, Any]] = []
+    async with PhoneCaller(url) as phone:
+        await asyncio.sleep(0.5)
+        for _ in range(n):
+            asked = phone.speak(question)
+            await asked.done.wait()
+            reply = await phone.wait_for("media", asked.sent_at[-1], ANSWER_TIMEOUT)
+            if reply is None:
+                attempts.append({"latency_ms": None, "answered": False})
+                continue
+            await asyncio.sleep(0.2)
+            cut = phone.speak(interruption)
+            clear = await phone.wait_for("clear", reply.at, 15)
+            await cut.done.wait()
+            spoke = cut.sent_time(start)
+            answer = [r for r in phone.media_after(reply.at) if r.at < spoke + 1.0]
+            attempts.append({
+                "answered": True,
+                "latency_ms": None if clear is None else round((clear.at - spoke) * 1000, 1),
+                "answer_audio_before_cut_s": round(sum(len(r.audio) for r in answer) / 8000, 2),
+                "bot_talking_ms": None if clear is not None or not answer
+                else round((answer[-1].at - spoke) * 1000, 1),
+            })  # fmt: skip
+            await phone.wait_quiet(QUIET_SECS, ANSWER_TIMEOUT)
+        await phone.hang_up()
+    return attempts
+
+
+async def bench(args: argparse.Namespace, runtime: Runtime, work: Path) -> dict[str, Any]:
+    names = CLIPS * args.rounds
+    clips = [load_audio(SAMPLES / name, RATE) for name in names]
+
+    started = time.monotonic()
+    await replay_call(
+        [ReplayTurn(name=n, samples=c) for n, c in zip(names, clips, strict=True)],
+        work / "replay", settings=runtime.settings, models=runtime.models,
+        engine=runtime.engine, budget=runtime.budget,
+    )  # fmt: skip
+    replayed = records(work / "replay")
+    print(f"replay: {len(replayed)} turns in {time.monotonic() - started:.0f} s")
+
+    server = CallServer(runtime, work / "calls", say=lambda _line: None)
+    stop = asyncio.Event()
+    ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    serving = asyncio.create_task(
+        serve_calls(server, "127.0.0.1", 0, stop=stop, on_ready=ready.set_result)
+    )
+    url = f"ws://127.0.0.1:{await ready}/phone"
+    try:
+        started = time.monotonic()
+        client_v2v = await phone_turns(url, clips)
+        phone_call = sorted((work / "calls").glob("*-phone-*"))[-1]
+        print(f"phone: {len(client_v2v)} turns in {time.monotonic() - started:.0f} s")
+
+        started = time.monotonic()
+        question = load_audio(SAMPLES / "ldc93s1.wav", RATE)
+        home = load_audio(SAMPLES / "new_home_in_the_stars.wav", RATE)
+        interruption = home[max(0, speech_bounds(home, RATE)[0] - RATE // 10) :]
+        attempts = await barge_ins(url, question, interruption, args.barge_ins)
+        barge_call = sorted((work / "calls").glob("*-phone-*"))[-1]
+        print(f"barge-ins: {len(attempts)} in {time.monotonic() - started:.0f} s")
+    finally:
+        stop.set()
+        await serving
+
+    phoned = records(phone_call)
+    server_barge = [r["barge_in_ms"] for r in records(barge_call) if r["interrupted"]]
+    return {
+        "clips": names,
+        "voice_to_voice_ms": {
+            "replay": stats([r["voice_to_voice_ms"] for r in replayed]),
+            "phone_server": stats([r["voice_to_voice_ms"] for r in phoned]),
+            "phone_caller": stats(client_v2v),
+        },
+        "barge_in_ms": {
+            "caller": stats([a["latency_ms"] for a in attempts]),
+            "server": stats(server_barge),
+            "attempts": attempts,
+            "interrupted": sum(1 for a in attempts if a["latency_ms"] is not None),
+        },
+        "per_turn": [
+            {"clip": n, "replay": r["voice_to_voice_ms"],
+             "phone_server": p["voice_to_voice_ms"] if p else None, "phone_caller": c}
+            for n, r, p, c in zip(names, replayed, phoned + [None] * len(names), client_v2v,
+                                  strict=False)
+        ],  # fmt: skip
+        "engine": runtime.settings.llm.engine,
+        "asr": runtime.settings.asr.model,
+    }
+
+
+def show(result: dict[str, Any]) -> None:
+    print(f"\n{'voice-to-voice (ms)':<34}{'n':>4}{'p50':>9}{'p95':>9}")
+    for name, label in (("replay", "replay (exact speech end)"),
+                        ("phone_server", "phone, server's turn records"),
+                        ("phone_caller", "phone, measured by the caller")):  # fmt: skip
+        s = result["voice_to_voice_ms"][name]
+        print(f"{label:<34}{s['n']:>4}{s['p50'] or 0:>9.0f}{s['p95'] or 0:>9.0f}")
+    b = result["barge_in_ms"]
+    print(f"\n{'barge-in (ms)':<34}{'n':>4}{'p50':>9}{'p95':>9}   "
+          f"({b['interrupted']}/{len(b['attempts'])} attempts cut the bot off)")  # fmt: skip
+    for name, label in (("caller", "caller speech -> clear received"),
+                        ("server", "VAD speech start -> audio stopped")):  # fmt: skip
+        s = b[name]
+        print(f"{label:<34}{s['n']:>4}{s['p50'] or 0:>9.0f}{s['p95'] or 0:>9.0f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=2, help="times the clip set is played")
+    parser.add_argument("--barge-ins", type=int, default=6)
+    parser.add_argument("--out", type=Path, default=Path("/tmp/bench_live.json"))
+    parser.add_argument("--keep", type=Path, help="keep the replay and call folders here")
+    args = parser.parse_args()
+    settings = Settings()
+    budget = load_budget(settings.budget_file, settings.budget_profile)
+    models = AgentModels.load(settings)
+    with llm_engine(settings) as engine, tempfile.TemporaryDirectory() as tmp:
+        runtime = Runtime(settings=settings, models=models, engine=engine, budget=budget)
+        result = asyncio.run(bench(args, runtime, args.keep or Path(tmp)))
+    show(result)
+    missed = [a for a in result["barge_in_ms"]["attempts"] if a.get("bot_talking_ms") is not None]
+    for a in missed:
+        print(f"  no clear: the bot's audio kept arriving {a['bot_talking_ms']:.0f} ms after the "
+              f"caller started ({a['answer_audio_before_cut_s']} s of answer)")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"\nwritten: {args.out}")
+
+
+if __name__ == "__main__":
+    main()

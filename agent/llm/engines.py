@@ -134,8 +134,10 @@ class InProcessLlama:
         ):  # fmt: skip
             if stop.is_set():
                 break
-            produced += 1
-            emit(chunk["choices"][0]["text"])
+            text = chunk["choices"][0]["text"]
+            if text:
+                produced += 1
+                emit(text)
         return Usage(len(tokens), cached, produced)
 
     async def stream(

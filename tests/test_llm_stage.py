@@ -1,0 +1,99 @@
+"""The LLM stage with real engines: answers, cached prefix, fallback, cancellation."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from pipecat.frames.frames import (
+    InterruptionFrame,
+    LLMContextFrame,
+    LLMFullResponseEndFrame,
+    LLMTextFrame,
+)
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.tests.utils import SleepFrame, run_test
+
+from agent import model_store
+from agent.clock import CallClock
+from agent.frames import LLMUsageFrame, TimelineEventFrame
+from agent.llm.engines import InProcessLlama, OpenAIChatEngine
+from agent.llm.prompt import prompt_messages
+from agent.llm.service import FALLBACK, StreamingLLM
+
+
+@pytest.fixture(scope="module")
+def inprocess(settings) -> InProcessLlama:
+    gguf = model_store.resolve(settings.llm.model, "llm", settings.models_dir)
+    return InProcessLlama(gguf, settings.llm)
+
+
+def context(*texts: str) -> LLMContext:
+    return LLMContext(messages=[{"role": "user", "content": t} for t in texts])
+
+
+async def test_answer_streams_tokens_and_reports_cached_prefix(inprocess, settings):
+    llm = StreamingLLM(
+        inprocess, settings.llm.model_copy(update={"keepalive_secs": 0}), CallClock()
+    )
+    down, _ = await run_test(
+        llm,
+        frames_to_send=[
+            LLMContextFrame(context=context("What is the capital of France?")),
+            SleepFrame(sleep=4),
+        ],
+    )
+    texts = [f.text for f in down if isinstance(f, LLMTextFrame)]
+    usage = next(f for f in down if isinstance(f, LLMUsageFrame))
+    assert texts and "".join(texts).strip()
+    assert any(isinstance(f, TimelineEventFrame) and f.event == "llm_request" for f in down)
+    assert usage.error is None and usage.completion_tokens == len(texts)
+    # The static system prompt was prefilled at load: most of the prompt is a cache hit.
+    assert usage.cached_tokens / usage.prompt_tokens >= 0.6
+    assert isinstance(down[-1], LLMFullResponseEndFrame)
+
+
+async def test_engine_down_speaks_a_fallback_and_records_the_error(settings):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here once closed
+    engine = OpenAIChatEngine(f"http://127.0.0.1:{port}/v1", "none", settings.llm)
+    llm = StreamingLLM(engine, settings.llm.model_copy(update={"keepalive_secs": 0}), CallClock())
+    down, _ = await run_test(
+        llm, frames_to_send=[LLMContextFrame(context=context("Hello?")), SleepFrame(sleep=2)]
+    )
+    assert [f.text for f in down if isinstance(f, LLMTextFrame)] == [FALLBACK]
+    usage = next(f for f in down if isinstance(f, LLMUsageFrame))
+    assert usage.error and "APIConnectionError" in usage.error
+
+
+async def test_interruption_stops_decoding_at_once(inprocess, settings):
+    long = settings.llm.model_copy(update={"keepalive_secs": 0, "max_tokens": 200})
+    llm = StreamingLLM(inprocess, long, CallClock())
+    ask = context("Tell me a very long story about a dragon and a knight, in detail.")
+    frames = [LLMContextFrame(context=ask), SleepFrame(sleep=0.8), InterruptionFrame()]
+    down, _ = await run_test(llm, frames_to_send=[*frames, SleepFrame(sleep=0.5)])
+    received = [f for f in down if isinstance(f, LLMTextFrame)]
+    assert 0 < len(received) < 150
+    # The engine's own counter: prompt + what it decoded. Had decoding gone on after the
+    # interruption, it would be far past what reached the pipeline.
+    formatted = inprocess._format(messages=prompt_messages(long.system_prompt, ask.messages, 4))
+    prompt = inprocess.llm.tokenize(formatted.prompt.encode(), add_bos=False, special=True)
+    decoded = inprocess.llm.n_tokens - len(prompt)
+    assert len(received) - 1 <= decoded <= len(received) + 2
+
+
+def test_history_is_trimmed_in_whole_pairs_and_steps():
+    history = []
+    prefixes = []
+    for i in range(10):
+        history.append({"role": "user", "content": f"u{i}"})
+        messages = prompt_messages("S", history, 4)
+        assert messages[0] == {"role": "system", "content": "S"}
+        assert messages[-1]["content"] == f"u{i}"
+        assert len(messages) <= 2 + 2 * 4
+        prefixes.append(messages[1]["content"] if len(messages) > 2 else None)
+        history.append({"role": "assistant", "content": f"a{i}"})
+    # The oldest kept message changes only every other turn once trimming starts.
+    changes = sum(1 for a, b in zip(prefixes[5:], prefixes[6:], strict=False) if a != b)
+    assert changes <= 3

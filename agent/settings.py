@@ -163,7 +163,8 @@ def read_config_file(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
-        raise UserError(f"config file {path} is not valid YAML: {exc}") from None
+        detail = " ".join(str(exc).split())
+        raise UserError(f"config file {path} is not valid YAML: {detail}") from None
     if not isinstance(data, dict):
         raise UserError(f"config file {path} must hold a mapping of settings")
     return data

@@ -92,7 +92,7 @@ def load_budget(path: Path, profile: str | None = None) -> Budget:
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
-        raise UserError(f"{where} is not valid YAML: {exc}") from None
+        raise UserError(f"{where} is not valid YAML: {' '.join(str(exc).split())}") from None
     if not isinstance(data, dict) or not isinstance(data.get("profiles"), dict):
         raise UserError(f"{where} must have a `profiles:` mapping of profile -> stage budgets")
     name = profile or data.get("default") or next(iter(data["profiles"]), None)

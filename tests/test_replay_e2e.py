@@ -10,12 +10,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
+import soxr
 
 from agent.audio import speech_bounds
 from agent.timing.timeline import EVENTS, STAGE_NAMES
 from tests.conftest import SAMPLES, wer
 
 CLIPS = ["new_home_in_the_stars.wav", "ldc93s1.wav"]
+
+
+def as_flac_44k_stereo(wav: Path, out_dir: Path) -> Path:
+    """The clip as a 44.1 kHz stereo FLAC: replay must take any common format and rate."""
+    audio, rate = sf.read(wav, dtype="float32")
+    resampled = soxr.resample(audio, rate, 44100)
+    path = out_dir / (wav.stem + ".flac")
+    sf.write(path, np.stack([resampled, resampled * 0.5], axis=1), 44100)
+    return path
 
 
 def voice_agent(*args: str) -> subprocess.CompletedProcess:
@@ -27,7 +37,8 @@ def voice_agent(*args: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     out = tmp_path_factory.mktemp("replay")
-    done = voice_agent("replay", *(str(SAMPLES / c) for c in CLIPS), "--out", str(out))
+    first = as_flac_44k_stereo(SAMPLES / CLIPS[0], out)
+    done = voice_agent("replay", str(first), str(SAMPLES / CLIPS[1]), "--out", str(out))
     assert done.returncode == 0, done.stderr[-3000:]
     return out, done
 
@@ -41,7 +52,7 @@ def test_turn_records_follow_the_replay_contract(run, manifest):
     turns = records(out)
     assert [t["turn"] for t in turns] == [1, 2]
     for turn, clip in zip(turns, CLIPS, strict=True):
-        assert turn["input"].endswith(clip)
+        assert Path(turn["input"]).stem == Path(clip).stem
         assert set(turn["events"]) == set(EVENTS)
         assert set(turn["stages"]) == set(STAGE_NAMES)
         assert wer(manifest[clip]["text"], turn["user_text"]) <= 0.25, turn["user_text"]
@@ -78,7 +89,7 @@ def test_call_wav_shows_the_reported_voice_to_voice(run, manifest):
     user, bot = audio[:, 0], audio[:, 1]
     assert np.abs(bot).max() > 1000  # the bot really spoke
     for turn in records(out):
-        thresholds = manifest[Path(turn["input"]).name]["energy_threshold_dbfs"]
+        thresholds = manifest[Path(turn["input"]).stem + ".wav"]["energy_threshold_dbfs"]
         start = int(turn["events"]["speech_start"] * rate / 1000) - rate // 2
         stop = int(turn["events"]["first_audio_out"] * rate / 1000)
         segment = user[max(0, start) : stop]

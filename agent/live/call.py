@@ -122,11 +122,11 @@ class CallObserver(BaseObserver):
         elif isinstance(frame, TranscriptionFrame):
             self._emit({"type": "final", "text": frame.text})
         elif isinstance(frame, TimelineEventFrame):
-            await self._on_event(frame)
+            self._on_event(frame)
         elif isinstance(frame, NoReplyFrame):
             self._answer_finished()
 
-    async def _on_event(self, frame: TimelineEventFrame) -> None:
+    def _on_event(self, frame: TimelineEventFrame) -> None:
         if frame.event == "speech_start":
             self._speech_start = frame.at_ms
         elif frame.event == "interrupted":

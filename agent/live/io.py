@@ -119,9 +119,11 @@ class LiveInput(FrameProcessor):
         return None
 
     def _position(self, at_ms: float, samples: int) -> int:
-        """Where a frame goes on the user track: right after the last one unless a gap opened."""
+        """Where a frame goes on the user track: right after the last one, unless that is
+        more than the jitter allowance off the clock (a gap in arrival, or a burst of frames
+        queued while the pipeline started), which re-syncs the track to the clock."""
         now = self._recorder.position(at_ms)
-        if self._cursor is None or now - self._cursor > JITTER_MS * self._rate // 1000:
+        if self._cursor is None or abs(now - self._cursor) > JITTER_MS * self._rate // 1000:
             self._cursor = now
         pos = self._cursor
         self._cursor += samples

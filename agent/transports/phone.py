@@ -175,7 +175,7 @@ def read_start(message: dict[str, Any], stream: StreamInfo) -> None:
     sid = message.get("streamSid") or start.get("streamSid")
     if not isinstance(sid, str) or not sid:
         raise TwilioProtocolError("the start message has no streamSid")
-    fmt = start.get("mediaFormat") or {}
+    fmt = start.get("mediaFormat") if isinstance(start.get("mediaFormat"), dict) else {}
     encoding = fmt.get("encoding", "audio/x-mulaw")
     rate = fmt.get("sampleRate", PHONE_RATE)
     channels = fmt.get("channels", 1)

@@ -92,7 +92,7 @@ class SoundDeviceInput(LiveInput):
         try:
             self._stream = self._sd.RawInputStream(
                 samplerate=self._rate, channels=1, dtype="int16", device=self._device,
-                blocksize=self._rate * FRAME_MS // 1000, callback=self._callback,
+                blocksize=self._rate * FRAME_MS // 1000, latency="low", callback=self._callback,
             )  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - PortAudio reports a bad device many ways
             raise _open_error(exc, "input", self._device, self._rate) from None
@@ -137,7 +137,7 @@ class SoundDeviceOutput(LiveOutput):
         try:
             self._stream = self._sd.RawOutputStream(
                 samplerate=rate, channels=1, dtype="int16", device=self._device, blocksize=0,
-                callback=self._callback,
+                latency="low", callback=self._callback,
             )  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - PortAudio reports a bad device many ways
             raise _open_error(exc, "output", self._device, rate) from None

@@ -75,20 +75,31 @@ async def test_call_answers_is_cut_off_by_the_caller_and_hangs_up(server, manife
     barge_in_start = speech_bounds(barge_in, RATE)[0]
     async with PhoneCaller(server.url("/phone")) as phone:
         await asyncio.sleep(0.5)
-        asked = phone.speak(question)
-        reply = await phone.wait_for("media", 0.0, 40)
-        assert reply is not None, "no bot audio came back"
-        assert asked.done.is_set(), "the bot spoke before the caller had finished"
-
-        # Talk over the bot while its audio is arriving: the phone must be told to clear.
-        interrupting = phone.speak(barge_in)
-        clear = await phone.wait_for("clear", reply.at, 15)
-        assert clear is not None, "no clear after the caller talked over the bot"
-        spoke_at = interrupting.sent_time(barge_in_start)
+        # The small LLM sometimes answers in half a second, which is over before anyone
+        # could talk over it: ask again then (up to 3 times). An answer still arriving when
+        # the caller's speech could be heard, with no clear, fails at once.
+        for _ in range(3):
+            asked = phone.speak(question)
+            await asked.done.wait()
+            reply = await phone.wait_for("media", asked.sent_at[-1], 40)
+            assert reply is not None, "no bot audio came back"
+            # Talk over the bot while its audio is arriving: the phone must be told to clear.
+            interrupting = phone.speak(barge_in)
+            clear = await phone.wait_for("clear", reply.at, 8)
+            await interrupting.done.wait()
+            spoke_at = interrupting.sent_time(barge_in_start)
+            if clear is not None:
+                break
+            talked_over = [r for r in phone.media_after(spoke_at + 0.6)
+                           if r.at < interrupting.sent_at[-1]]  # fmt: skip
+            assert not talked_over, "the bot talked on over the caller and got no clear"
+            # That clip was a turn of its own: let its answer play out before asking again.
+            await phone.wait_for("media", interrupting.sent_at[-1], 40)
+            await phone.wait_quiet(1.0, 40)
+        assert clear is not None, "three answers in a row ended before they could be cut"
         assert clear.at > spoke_at, "clear came before the caller started talking"
         assert clear.at - spoke_at < 1.5, f"barge-in took {clear.at - spoke_at:.2f} s"
         # While the caller goes on talking the bot stays quiet: its queued audio was dropped.
-        await interrupting.done.wait()
         assert not [r for r in phone.media_after(clear.at) if r.at < clear.at + 1.0]
 
         answer = await phone.wait_for("media", clear.at + 1.0, 40)
@@ -102,11 +113,12 @@ async def test_call_answers_is_cut_off_by_the_caller_and_hangs_up(server, manife
 
     folder = server.calls("phone")[-1]
     records = [json.loads(x) for x in (folder / "turns.jsonl").read_text().splitlines()]
-    assert len(records) >= 2
-    first, second = records[0], records[1]
+    cut = [i for i, r in enumerate(records) if r["interrupted"]]
+    assert len(cut) == 1 and cut[0] == len(records) - 2, [r["interrupted"] for r in records]
+    first, second = records[-2], records[-1]
     # 8 kHz telephone audio costs tiny.en some words of this clip; it must still be close.
     assert wer(manifest["ldc93s1.wav"]["text"], first["user_text"]) <= 0.6, first["user_text"]
-    assert first["voice_to_voice_ms"] > 0 and first["interrupted"] is True
+    assert first["voice_to_voice_ms"] > 0
     assert 0 < first["barge_in_ms"] < 1500
     home = manifest["new_home_in_the_stars.wav"]["text"]
     assert wer(home, second["user_text"]) <= 0.25, second["user_text"]

@@ -142,11 +142,6 @@ class LiveInput(FrameProcessor):
 class LiveOutput(SimulatedSpeakerOutput):
     """Bot audio to a live listener at playback pace; a barge-in flushes the listener."""
 
-    def __init__(self, clock: CallClock, recorder: CallRecorder, *, rate: int) -> None:
-        super().__init__(clock, recorder, rate=rate)
-        # A live call ends when the caller has gone: no closing silence to pace out.
-        self._params.audio_out_end_silence_secs = 0
-
     async def deliver(self, pcm: bytes) -> bool:
         """Hand one chunk of bot audio (16-bit mono, pipeline rate) to the listener."""
         raise NotImplementedError

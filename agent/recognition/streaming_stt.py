@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
 import numpy as np
+from loguru import logger
 from pipecat.frames.frames import (
     Frame,
     InputAudioRawFrame,
@@ -161,9 +162,9 @@ class StreamingWhisperSTT(FrameProcessor):
             x for x in (self._committed, "".join(s.text for s in done).strip()) if x
         )
         del self._audio[:cut]
-        if self._speculation is not None:
-            self._speculation = None
+        self._speculation = None
         self._last_hypothesis = ""
+        logger.debug(f"{self}: committed {done[-1].end:.2f} s of {result.audio_secs:.2f} s")
 
     async def _finish_turn(self) -> None:
         self._in_turn = False
@@ -175,6 +176,7 @@ class StreamingWhisperSTT(FrameProcessor):
             result = await self._run_pass()
             ready_ms = self._clock.now_ms()
         text = " ".join(x for x in (self._committed, result.text) if x).strip()
+        logger.debug(f"{self}: final over {result.audio_secs:.2f} s: {result.text!r}")
         await self.push_frame(TimelineEventFrame(event="stt_final", at_ms=ready_ms))
         await self.push_frame(
             TranscriptionFrame(text=text, user_id="caller", timestamp=_iso_now(), finalized=True)

@@ -21,6 +21,8 @@ from pipecat.audio.vad.vad_analyzer import VADParams, VADState
 from pipecat.frames.frames import (
     BotStartedSpeakingFrame,
     BotStoppedSpeakingFrame,
+    CancelFrame,
+    EndFrame,
     Frame,
     InputAudioRawFrame,
     UserStartedSpeakingFrame,
@@ -36,6 +38,7 @@ from agent.frames import PauseTranscriptFrame, SpeechPausedFrame, TimelineEventF
 from agent.settings import TurnSettings
 
 SMART_TURN_MAX_SECS = 8
+PAUSE_TEXT_WAIT_SECS = 0.3  # how long a likely end of turn waits for the pause transcript
 
 
 class TurnDetector(FrameProcessor):
@@ -64,6 +67,7 @@ class TurnDetector(FrameProcessor):
         self._silence_started: float | None = None
         self._decision: asyncio.Task | None = None
         self._pause_text = ""
+        self._pause_text_ready = asyncio.Event()
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
@@ -74,6 +78,9 @@ class TurnDetector(FrameProcessor):
             self._bot_speaking = False
         elif isinstance(frame, PauseTranscriptFrame):
             self._pause_text = frame.text
+            self._pause_text_ready.set()
+        elif isinstance(frame, EndFrame | CancelFrame):
+            await self._cancel_decision()
         elif isinstance(frame, InputAudioRawFrame):
             await self._on_audio(frame.audio)
 
@@ -109,6 +116,7 @@ class TurnDetector(FrameProcessor):
     async def _speech_resumed(self) -> None:
         self._silence_started = None
         self._pause_text = ""
+        self._pause_text_ready.clear()
         await self._cancel_decision()
         await self.push_frame(VADUserStartedSpeakingFrame())
 
@@ -124,15 +132,22 @@ class TurnDetector(FrameProcessor):
         if self._smart_turn is not None:
             audio = np.frombuffer(bytes(self._recent.snapshot()), dtype=np.int16)
             probability = await asyncio.to_thread(self._completion_probability, audio)
-            sentence_done = self._pause_text.rstrip().endswith((".", "?", "!"))
             if probability >= 0.5 or (
-                probability >= self._settings.smart_turn_lean and sentence_done
+                probability >= self._settings.smart_turn_lean and await self._sentence_done()
             ):
                 await self._end_turn()
                 return
         waited = (self._clock.now_ms() - silence_started_ms) / 1000
         await asyncio.sleep(max(0.0, self._settings.max_silence_secs - waited))
         await self._end_turn()
+
+    async def _sentence_done(self) -> bool:
+        """Whether recognition's transcript at this pause ends a sentence (waits briefly)."""
+        try:
+            await asyncio.wait_for(self._pause_text_ready.wait(), PAUSE_TEXT_WAIT_SECS)
+        except TimeoutError:
+            return False
+        return self._pause_text.rstrip().endswith((".", "?", "!"))
 
     def _completion_probability(self, audio: np.ndarray) -> float:
         assert self._smart_turn is not None
@@ -142,6 +157,7 @@ class TurnDetector(FrameProcessor):
     async def _end_turn(self) -> None:
         self._in_turn = False
         self._pause_text = ""
+        self._pause_text_ready.clear()
         self._decision = None
         await self.broadcast_frame(UserStoppedSpeakingFrame)
 

@@ -24,6 +24,9 @@ TRAILING_PAD_SECS = 0.5
 MAX_WINDOW_SECS = 30.0
 TOKENS_PER_SEC = 6
 SECS_PER_TIMESTAMP = 0.02
+RESUME_AFTER_SECS = 1.5  # a window that stopped this far before the end is resumed
+MAX_RESUMES = 2
+MAX_WORDS_PER_SEC = 3.5  # fast conversational English is about 3 words a second
 
 
 @dataclass
@@ -47,21 +50,25 @@ def _words(text: str) -> list[str]:
     return re.sub(r"[^a-z0-9' ]", " ", text.lower()).split()
 
 
-def hallucination_cut(words: list[str], n: int = 3) -> int | None:
+def hallucination_cut(words: list[str], secs: float, n: int = 3) -> int | None:
     """Where Whisper starts looping, if it does.
 
-    Either the first ``n`` words come round again (it started the utterance over), or a
-    run of 1-4 words repeats three times in a row ("ask what you ask what you ask what").
+    A run of 1-4 words repeated three times in a row ("ask what you ask what you ask what")
+    is a loop. The first ``n`` words coming round again is a restart of the utterance, but
+    only when there are more words than ``secs`` of speech can hold (a caller may well say
+    the same words twice).
     """
-    head = words[:n]
-    for i in range(1, len(words) - n + 1):
-        if len(head) == n and words[i : i + n] == head:
-            return i
     for size in range(1, 5):
         for i in range(len(words) - 3 * size + 1):
             run = words[i : i + size]
             if run == words[i + size : i + 2 * size] == words[i + 2 * size : i + 3 * size]:
                 return i + size
+    if len(words) <= MAX_WORDS_PER_SEC * secs:
+        return None
+    head = words[:n]
+    for i in range(1, len(words) - n + 1):
+        if len(head) == n and words[i : i + n] == head:
+            return i
     return None
 
 
@@ -84,7 +91,31 @@ class WhisperDecoder:
         self._ts_begin = self.tokenizer.timestamp_begin
 
     def transcribe(self, audio: np.ndarray) -> Pass:
-        """Transcribe float32 16 kHz audio (at most 30 s of it is used)."""
+        """Transcribe float32 16 kHz audio (at most 30 s).
+
+        Whisper sometimes stops a long window early; like faster-whisper's own seek loop,
+        decoding then resumes from the last segment's end, on the audio that is left.
+        """
+        secs = len(audio) / RATE
+        done = self._window(audio)
+        for _ in range(MAX_RESUMES):
+            if not done.segments or done.segments[-1].end > secs - RESUME_AFTER_SECS:
+                break
+            offset = done.segments[-1].end
+            rest = self._window(audio[int(offset * RATE) :])
+            if not rest.segments:
+                break
+            for seg in rest.segments:
+                seg.start, seg.end = seg.start + offset, seg.end + offset
+            done = Pass(
+                text=f"{done.text} {rest.text}".strip(),
+                audio_secs=secs,
+                segments=done.segments + rest.segments,
+            )
+        return done
+
+    def _window(self, audio: np.ndarray) -> Pass:
+        """One greedy decode of one unpadded window."""
         secs = len(audio) / RATE
         window = min(MAX_WINDOW_SECS, secs + TRAILING_PAD_SECS)
         padded = np.zeros(int(window * RATE), dtype=np.float32)
@@ -126,7 +157,7 @@ class WhisperDecoder:
             kept.append(seg)
         text = "".join(seg.text for seg in kept)
         words = text.split()
-        cut = hallucination_cut(_words(text))
+        cut = hallucination_cut(_words(text), secs)
         if cut is not None and len(_words(text)) == len(words):
             text = " ".join(words[:cut])
         return Pass(text=text.strip(), audio_secs=secs, segments=kept)

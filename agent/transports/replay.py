@@ -138,7 +138,10 @@ class SimulatedSpeakerOutput(BaseOutputTransport):
 
     def __init__(self, clock: CallClock, recorder: CallRecorder, *, rate: int) -> None:
         super().__init__(
-            TransportParams(audio_out_enabled=True, audio_out_sample_rate=rate),
+            # No end silence: the recording ends with the bot's last real sample.
+            TransportParams(
+                audio_out_enabled=True, audio_out_sample_rate=rate, audio_out_end_silence_secs=0
+            ),
         )
         self._clock = clock
         self._recorder = recorder

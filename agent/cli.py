@@ -33,7 +33,7 @@ app.add_typer(models_app, name="models")
 from agent.live.cli import register as register_live  # noqa: E402, I001
 register_live(app)
 app.add_typer(reports_app)  # `report` and `compare`, at the top level
-out = Console()
+out = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
 
 ConfigOpt = Annotated[
@@ -177,8 +177,8 @@ def _ms(value: float | None) -> str:
 def _print_turns(turns_file: Path) -> None:
     table = Table(title=f"Turns ({turns_file.parent})", show_lines=False)
     table.add_column("#", justify="right")
-    table.add_column("user", max_width=34)
-    table.add_column("bot", max_width=40)
+    table.add_column("user", max_width=36, no_wrap=True, overflow="ellipsis")
+    table.add_column("bot", max_width=36, no_wrap=True, overflow="ellipsis")
     table.add_column("v2v ms", justify="right", style="bold")
     for name in STAGE_COLUMNS:
         table.add_column(name, justify="right")
@@ -186,7 +186,7 @@ def _print_turns(turns_file: Path) -> None:
     for line in turns_file.read_text().splitlines():
         r = json.loads(line)
         failed = [k for k, v in r["budget"].items() if v == "fail"]
-        verdict = "[red]over: " + ", ".join(failed) + "[/red]" if failed else "[green]ok[/green]"
+        verdict = f"[red]over: {', '.join(failed)}[/red]" if failed else "[green]ok[/green]"
         table.add_row(
             str(r["turn"]), r["user_text"], r["bot_text"], _ms(r["voice_to_voice_ms"]),
             *(_ms(r["stages"][n]) for n in STAGE_COLUMNS), verdict,

@@ -48,13 +48,14 @@ def pct(xs: list[float], q: int) -> float:
 
 async def one_turn(engine: ChatEngine, messages: list[dict], max_tokens: int) -> dict:
     start = time.perf_counter()
-    first, text, usage = None, "", Usage()
+    first, text, usage, chunks = None, "", Usage(), 0
     async for item in engine.stream(messages, max_tokens=max_tokens, temperature=0.2):
         if isinstance(item, Usage):
             usage = item
             continue
         first = first or time.perf_counter()
         text += item
+        chunks += 1
     end = time.perf_counter()
     return {
         "ttft_ms": round(((first or end) - start) * 1000, 1),
@@ -62,7 +63,7 @@ async def one_turn(engine: ChatEngine, messages: list[dict], max_tokens: int) ->
         "text": text,
         "prompt_tokens": usage.prompt_tokens,
         "cached_tokens": usage.cached_tokens,
-        "completion_tokens": usage.completion_tokens,
+        "completion_tokens": usage.completion_tokens or chunks,  # llama.cpp server: no usage
     }
 
 

@@ -25,8 +25,8 @@ from agent import model_store
 from agent.clock import CallClock
 from agent.errors import UserError
 from agent.llm.context import SpokenTextAggregator, UserTurnAggregator
-from agent.llm.engine import LlamaServer
 from agent.llm.engines import ChatEngine, InProcessLlama, OpenAIChatEngine
+from agent.llm.llama_server import LlamaServer
 from agent.llm.service import StreamingLLM
 from agent.recognition.streaming_stt import StreamingWhisperSTT
 from agent.recognition.turn_detector import TurnDetector

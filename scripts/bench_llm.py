@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from agent import model_store
-from agent.llm.engine import LlamaServer
 from agent.llm.engines import ChatEngine, InProcessLlama, OpenAIChatEngine, Usage
+from agent.llm.llama_server import LlamaServer
 from agent.llm.prompt import prompt_messages
 from agent.settings import Settings
 

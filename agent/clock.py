@@ -14,6 +14,7 @@ class CallClock:
 
     def __init__(self) -> None:
         self.t0 = time.monotonic()
+        self.wall_t0_ns = time.time_ns()  # the same instant on the wall clock, for exports
 
     def now_ms(self) -> float:
         return round((time.monotonic() - self.t0) * 1000.0, 1)

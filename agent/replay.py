@@ -16,6 +16,7 @@ from agent.pipeline import AgentModels, build_pipeline, run_pipeline
 from agent.settings import Settings
 from agent.timing.budget import Budget
 from agent.timing.summary import summarize
+from agent.timing.tracing import turn_tracer
 from agent.timing.turn_timer import TurnTimer
 from agent.transports.replay import ReplayInput, ReplayTurn, SimulatedSpeakerOutput
 
@@ -36,6 +37,7 @@ async def replay_call(
 ) -> dict[str, Any]:
     """Play the turns through one call and write the run's files; returns the summary."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    tracer = turn_tracer(settings.otel_endpoint)  # before the call: a missing extra fails fast
     rate = settings.sample_rate
     clock = CallClock()
     recorder = CallRecorder(rate)
@@ -55,4 +57,7 @@ async def replay_call(
     recorder.save(out_dir / "call.wav")
     summary = summarize(records, budget)
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    if tracer is not None:
+        tracer.export(records, clock.wall_t0_ns, call_id=out_dir.name)
+        tracer.flush()
     return summary

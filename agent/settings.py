@@ -125,6 +125,17 @@ class Settings(BaseSettings):
     turn: TurnSettings = TurnSettings()
     llm: LLMSettings = LLMSettings()
     tts: TTSSettings = TTSSettings()
+    report_every_turns: int = Field(
+        5,
+        ge=0,
+        description="log a rolling latency summary every N finished turns of a live "
+        "call; 0 disables",
+    )
+    otel_endpoint: str | None = Field(
+        None,
+        description="OTLP/HTTP collector base URL (e.g. http://127.0.0.1:4318): export "
+        "each turn and its stages as OpenTelemetry spans; unset disables",
+    )
 
     @field_validator("models_dir", "budget_file", mode="after")
     @classmethod

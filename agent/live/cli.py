@@ -1,59 +1,40 @@
-"""The live commands, ``serve`` and ``talk``, added to the main ``voice-agent`` app.
-
-``agent.cli`` imports this module while it is still being defined, so its helpers
-(``user_errors``, ``_settings``) are looked up when a command runs, not at import time.
-"""
+"""The live commands, ``serve`` and ``talk``, added to the main ``voice-agent`` app."""
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from agent.cli_support import (
+    ConfigOpt,
+    LlmModelOpt,
+    LlmUrlOpt,
+    llm_flags,
+    settings_from_flags,
+    user_errors,
+)
 from agent.errors import UserError
 
 if TYPE_CHECKING:
     from agent.live.call import Runtime
     from agent.settings import Settings
 
-ConfigOpt = Annotated[Path | None, typer.Option("--config", help="YAML settings file.")]
-LlmUrlOpt = Annotated[
-    str | None, typer.Option(help="OpenAI-compatible base URL instead of llama.cpp.")
-]
-LlmModelOpt = Annotated[str | None, typer.Option(help="LLM model name or GGUF path.")]
 CallsDirOpt = Annotated[
     Path, typer.Option("--calls-dir", help="Each call writes <calls-dir>/<timestamp>-<kind>-<id>/.")
 ]
 WavOpt = Annotated[bool, typer.Option("--wav/--no-wav", help="Also write call.wav per call.")]
 
 
-def _guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The main CLI's ``user_errors``: expected mistakes are one line and exit status 2."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from agent.cli import user_errors
-
-        return user_errors(fn)(*args, **kwargs)
-
-    return wrapper
-
-
 def _runtime_settings(
     config: Path | None, llm_url: str | None, llm_model: str | None, **more: Any
 ) -> Settings:
-    from agent.cli import _settings
-
-    return _settings(
-        config, llm__engine="openai" if llm_url else None, llm__base_url=llm_url,
-        llm__model=llm_model, **more,
-    )  # fmt: skip
+    return settings_from_flags(config, **llm_flags(llm_url, llm_model), **more)
 
 
 @contextmanager
@@ -150,5 +131,5 @@ def talk(
 
 def register(app: typer.Typer) -> None:
     """Add ``serve`` and ``talk`` to the main app."""
-    app.command("serve")(_guarded(serve))
-    app.command("talk")(_guarded(talk))
+    app.command("serve")(user_errors(serve))
+    app.command("talk")(user_errors(talk))

@@ -6,15 +6,14 @@ group name, so they sit next to ``replay`` at the top level.
 
 from __future__ import annotations
 
-import functools
 import json
-from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from agent.cli_support import user_errors
 from agent.errors import UserError
 from agent.reports.compare import compare_pools, comparison_json, render_comparison
 from agent.reports.html import render_html
@@ -33,25 +32,6 @@ class Format(StrEnum):
     md = "md"
     html = "html"
     json = "json"
-
-
-def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """UserError -> one stderr line and exit 2, as agent.cli.user_errors does.
-
-    agent.cli imports this module to register its commands, so importing its decorator back
-    from here would be circular. Messages that quote a parser (YAML) can span lines: they
-    are joined, so a CI log shows exactly one line per problem.
-    """
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except UserError as exc:
-            typer.echo("error: " + " ".join(str(exc).split()), err=True)
-            raise typer.Exit(2) from None
-
-    return wrapper
 
 
 def resolve_budget(budget: Path | None, profile: str | None) -> Budget:

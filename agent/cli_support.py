@@ -1,0 +1,69 @@
+"""What every ``voice-agent`` command shares: error handling, settings from flags, options.
+
+Kept apart from ``agent.cli`` so the command groups that ``agent.cli`` registers (reports,
+live calls) can import it without a circular import.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from agent.errors import UserError
+from agent.settings import Settings, load_settings
+
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", help="YAML settings file (see `voice-agent config`).")
+]
+AsrModelOpt = Annotated[
+    str | None, typer.Option(help="whisper-tiny.en, whisper-base or a CTranslate2 dir.")
+]
+LlmUrlOpt = Annotated[
+    str | None, typer.Option(help="OpenAI-compatible base URL instead of llama.cpp.")
+]
+LlmModelOpt = Annotated[str | None, typer.Option(help="LLM model name or GGUF path.")]
+
+
+def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Expected mistakes become one line on stderr and exit status 2, never a traceback.
+
+    Messages that quote a parser (YAML) can span lines: they are joined, so a CI log shows
+    exactly one line per problem.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except UserError as exc:
+            typer.echo("error: " + " ".join(str(exc).split()), err=True)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+def settings_from_flags(config: Path | None, **flags: Any) -> Settings:
+    """Settings with CLI flags on top; ``section__name`` flags set nested settings."""
+    nested: dict[str, Any] = {}
+    for key, value in flags.items():
+        if value is None:
+            continue
+        section, _, name = key.partition("__")
+        if name:
+            nested.setdefault(section, {})[name] = value
+        else:
+            nested[section] = value
+    return load_settings(config, **nested)
+
+
+def llm_flags(llm_url: str | None, llm_model: str | None) -> dict[str, Any]:
+    """``--llm-url`` / ``--llm-model`` as settings: a URL selects the OpenAI-compatible engine."""
+    return {
+        "llm__engine": "openai" if llm_url else None,
+        "llm__base_url": llm_url,
+        "llm__model": llm_model,
+    }

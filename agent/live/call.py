@@ -11,9 +11,8 @@ line (voice-to-voice p50/p95 so far, turns over budget) is logged and sent to th
 ``summary`` event. With ``otel_endpoint`` set, the final records are exported as spans.
 
 The turn records are taken from the timer when an answer finishes (the bot stopped, was
-interrupted, or had nothing to say), not from the timer's ``on_turn`` hand-over: that one
-fires when the next turn's speech starts, which is before a barge-in's ``interrupted``
-event lands on the turn it cut off.
+interrupted, or had nothing to say), so a barge-in's ``interrupted`` event has landed on the
+turn it cut off before that turn is written.
 """
 
 from __future__ import annotations

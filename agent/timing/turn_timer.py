@@ -8,7 +8,6 @@ lands on the turn that was being answered, not on the new one.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,23 +79,19 @@ class TurnTimer(BaseObserver):
         budget: Budget | None = None,
         *,
         inputs: list[str] | None = None,
-        on_turn: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         super().__init__()
         self._clock = clock
         self._budget = budget
         self._inputs = inputs or []
-        self._on_turn = on_turn
         self._seen: set[int] = set()
         self.turns: list[Turn] = []
-        self._emitted = 0
 
     # -- turn bookkeeping -------------------------------------------------------------------
 
     def _user_turn(self, opening: bool = False) -> Turn:
         """The latest user turn; ``speech_start`` opens a new one once the last has ended."""
         if not self.turns or (opening and self.turns[-1].events["turn_end"] is not None):
-            self._flush(len(self.turns))
             number = len(self.turns) + 1
             source = self._inputs[number - 1] if number <= len(self._inputs) else None
             self.turns.append(Turn(number=number, input=source))
@@ -123,16 +118,8 @@ class TurnTimer(BaseObserver):
         if exact:
             turn.exact.add(event)
 
-    def _flush(self, upto: int) -> None:
-        """Hand finished turns (all but the open one) to ``on_turn``, once each."""
-        while self._emitted < upto:
-            if self._on_turn:
-                self._on_turn(self.turns[self._emitted].record(self._budget))
-            self._emitted += 1
-
     def records(self) -> list[dict[str, Any]]:
-        """All turn records so far (and hands the rest to ``on_turn``)."""
-        self._flush(len(self.turns))
+        """All turn records so far."""
         return [t.record(self._budget) for t in self.turns]
 
     # -- observer ---------------------------------------------------------------------------

@@ -56,3 +56,8 @@ class PauseTranscriptFrame(SystemFrame):
     """
 
     text: str = ""
+
+
+@dataclass
+class StopAnswerFrame(SystemFrame):
+    """Upstream, to the LLM stage: stop generating the current answer (nothing is flushed)."""

@@ -1,7 +1,7 @@
 """One call = one Pipecat pipeline, assembled from our processors around a pair of transports.
 
     transport in -> TurnDetector (Silero VAD + Smart Turn) -> StreamingWhisperSTT
-    -> UserTurnAggregator -> StreamingLLM -> PhraseChunker -> PiperTTS
+    -> UserTurnAggregator -> StreamingLLM -> PhraseChunker -> [PhraseGuard] -> PiperTTS
     -> transport out -> SpokenTextAggregator
 
 Models are loaded once per process (``AgentModels``) and shared by every call; the LLM
@@ -33,6 +33,7 @@ from agent.recognition.turn_detector import TurnDetector
 from agent.recognition.whisper_decoder import WhisperDecoder
 from agent.settings import Settings
 from agent.synthesis.chunker import PhraseChunker
+from agent.synthesis.guard import PhraseGuard
 from agent.synthesis.piper_tts import PiperTTS, PiperVoiceModel
 
 
@@ -103,6 +104,7 @@ def build_pipeline(
                 first_min_words=settings.tts.first_phrase_min_words,
                 min_words=settings.tts.phrase_min_words,
             ),
+            *([PhraseGuard(settings.tts)] if settings.tts.guard else []),
             PiperTTS(models.voice, rate=rate),
             transport_out,
             SpokenTextAggregator(context),

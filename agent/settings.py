@@ -102,6 +102,15 @@ class TTSSettings(BaseModel):
     first_phrase_min_words: int = Field(3, ge=1)
     phrase_min_words: int = Field(6, ge=1)
     length_scale: float = Field(1.0, gt=0)
+    guard: bool = Field(False, description="check each phrase before it is spoken")
+    guard_block_list: list[str] = Field(
+        default_factory=list, description="words or phrases the bot must never say"
+    )
+    guard_checker: str | None = Field(
+        None, description="custom check, 'module:function' taking the recent text -> bool"
+    )
+    guard_window_phrases: int = Field(3, ge=1, description="phrases the check sees at once")
+    guard_replacement: str = "Sorry, I can't talk about that."
 
 
 class Settings(BaseSettings):

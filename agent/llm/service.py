@@ -29,7 +29,7 @@ from pipecat.frames.frames import (
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from agent.clock import CallClock
-from agent.frames import LLMUsageFrame, TimelineEventFrame
+from agent.frames import LLMUsageFrame, StopAnswerFrame, TimelineEventFrame
 from agent.llm.engines import ChatEngine, Usage
 from agent.llm.prompt import prompt_messages
 from agent.settings import LLMSettings
@@ -58,6 +58,10 @@ class StreamingLLM(FrameProcessor):
             await self._cancel()
             self._task = self.create_task(self._answer(list(frame.context.get_messages())))
             return
+        if isinstance(frame, StopAnswerFrame):
+            if await self._cancel():  # the guard blocked it: close the answer cleanly
+                await self.push_frame(LLMFullResponseEndFrame())
+            return
         if isinstance(frame, InterruptionFrame | EndFrame | CancelFrame):
             await self._cancel()
         if isinstance(frame, EndFrame | CancelFrame) and self._keepalive is not None:
@@ -65,10 +69,13 @@ class StreamingLLM(FrameProcessor):
             self._keepalive = None
         await self.push_frame(frame, direction)
 
-    async def _cancel(self) -> None:
-        if self._task is not None:
-            await self.cancel_task(self._task)
-            self._task = None
+    async def _cancel(self) -> bool:
+        """Stop the answer in progress, if any; True when there was one."""
+        if self._task is None:
+            return False
+        await self.cancel_task(self._task)
+        self._task = None
+        return True
 
     async def _complete_quietly(self, messages: list[dict] | None = None) -> None:
         """A one-token request: prefills (or keeps warm) the KV cache of its prompt's prefix.

@@ -115,7 +115,7 @@ def build_pipeline(
 async def run_pipeline(
     pipeline: Pipeline, *, rate: int, observers: list[BaseObserver] | None = None
 ) -> None:
-    """Run one call's pipeline until it ends (its input pushes an EndTaskFrame upstream)."""
+    """Run one call's pipeline until it ends (its input pushes an EndWorkerFrame upstream)."""
     worker = PipelineWorker(
         pipeline,
         params=PipelineParams(audio_in_sample_rate=rate, audio_out_sample_rate=rate),

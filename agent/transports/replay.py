@@ -18,7 +18,7 @@ import numpy as np
 from pipecat.frames.frames import (
     BotStoppedSpeakingFrame,
     EndFrame,
-    EndTaskFrame,
+    EndWorkerFrame,
     Frame,
     InputAudioRawFrame,
     InterruptionFrame,
@@ -130,7 +130,7 @@ class ReplayInput(FrameProcessor):
         for turn in self._turns:
             await self._play_turn(turn)
             await self._wait_for_answer()
-        await self.push_frame(EndTaskFrame(), FrameDirection.UPSTREAM)
+        await self.push_frame(EndWorkerFrame(), FrameDirection.UPSTREAM)
 
 
 class SimulatedSpeakerOutput(BaseOutputTransport):

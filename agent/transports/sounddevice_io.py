@@ -64,38 +64,26 @@ def describe_devices(sd: ModuleType | Any) -> list[str]:
     ]
 
 
-def _open_error(exc: Exception, kind: str, device: Device, rate: int) -> UserError:
-    return UserError(
-        f"cannot open the audio {kind} device {device} at {rate} Hz mono ({exc}): "
-        "pick another with --input-device/--output-device (see --list-devices)"
-    )
+class _PortAudioStream:
+    """What the microphone and the speaker share: one PortAudio stream, opened early."""
 
+    _sd: ModuleType | Any
+    _device: Device
+    _stream: Any = None
 
-class SoundDeviceInput(LiveInput):
-    """The microphone: a PortAudio input stream, opened when the call starts."""
-
-    def __init__(
-        self, sd: ModuleType | Any, device: Device, clock: CallClock, recorder: CallRecorder,
-        *, rate: int,
-    ) -> None:  # fmt: skip
-        super().__init__(clock, recorder, rate=rate)
-        self._sd = sd
-        self._device = device
-        self._stream: Any = None
-
-    def _callback(self, indata: Any, frames: int, time_info: Any, status: Any) -> None:
-        self.feed_threadsafe(bytes(indata))
-
-    def open(self) -> None:
-        """Open and start the stream (before the call runs, so a bad device fails early)."""
-        self.bind_loop(asyncio.get_running_loop())
+    def _start(self, kind: str, rate: int, **stream_args: Any) -> None:
+        """Open and start the stream; a bad device becomes one UserError line."""
+        factory = self._sd.RawInputStream if kind == "input" else self._sd.RawOutputStream
         try:
-            self._stream = self._sd.RawInputStream(
-                samplerate=self._rate, channels=1, dtype="int16", device=self._device,
-                blocksize=self._rate * FRAME_MS // 1000, latency="low", callback=self._callback,
+            self._stream = factory(
+                samplerate=rate, channels=1, dtype="int16", device=self._device, latency="low",
+                **stream_args,
             )  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - PortAudio reports a bad device many ways
-            raise _open_error(exc, "input", self._device, self._rate) from None
+            raise UserError(
+                f"cannot open the audio {kind} device {self._device} at {rate} Hz mono ({exc}): "
+                "pick another with --input-device/--output-device (see --list-devices)"
+            ) from None
         self._stream.start()
 
     def close(self) -> None:
@@ -105,11 +93,32 @@ class SoundDeviceInput(LiveInput):
             self._stream.close()
             self._stream = None
 
+
+class SoundDeviceInput(_PortAudioStream, LiveInput):
+    """The microphone: a PortAudio input stream, opened when the call starts."""
+
+    def __init__(
+        self, sd: ModuleType | Any, device: Device, clock: CallClock, recorder: CallRecorder,
+        *, rate: int,
+    ) -> None:  # fmt: skip
+        super().__init__(clock, recorder, rate=rate)
+        self._sd = sd
+        self._device = device
+
+    def _callback(self, indata: Any, frames: int, time_info: Any, status: Any) -> None:
+        self.feed_threadsafe(bytes(indata))
+
+    def open(self) -> None:
+        """Open and start the stream (before the call runs, so a bad device fails early)."""
+        self.bind_loop(asyncio.get_running_loop())
+        blocksize = self._rate * FRAME_MS // 1000
+        self._start("input", self._rate, blocksize=blocksize, callback=self._callback)
+
     async def on_stopped(self) -> None:
         self.close()
 
 
-class SoundDeviceOutput(LiveOutput):
+class SoundDeviceOutput(_PortAudioStream, LiveOutput):
     """The speaker: a PortAudio output stream whose callback drains our queue."""
 
     def __init__(
@@ -119,7 +128,6 @@ class SoundDeviceOutput(LiveOutput):
         super().__init__(clock, recorder, rate=rate)
         self._sd = sd
         self._device = device
-        self._stream: Any = None
         self._queued = bytearray()
         self._lock = threading.Lock()
 
@@ -133,15 +141,9 @@ class SoundDeviceOutput(LiveOutput):
 
     def open(self) -> None:
         """Open and start the stream (before the call runs, so a bad device fails early)."""
-        rate = self._params.audio_out_sample_rate
-        try:
-            self._stream = self._sd.RawOutputStream(
-                samplerate=rate, channels=1, dtype="int16", device=self._device, blocksize=0,
-                latency="low", callback=self._callback,
-            )  # fmt: skip
-        except Exception as exc:  # noqa: BLE001 - PortAudio reports a bad device many ways
-            raise _open_error(exc, "output", self._device, rate) from None
-        self._stream.start()
+        self._start(
+            "output", self._params.audio_out_sample_rate, blocksize=0, callback=self._callback
+        )
 
     async def deliver(self, pcm: bytes) -> bool:
         with self._lock:
@@ -151,13 +153,6 @@ class SoundDeviceOutput(LiveOutput):
     async def flush_listener(self) -> None:
         with self._lock:
             self._queued.clear()
-
-    def close(self) -> None:
-        """Stop and close the stream (idempotent)."""
-        if self._stream is not None:
-            self._stream.stop()
-            self._stream.close()
-            self._stream = None
 
     async def stop(self, frame: EndFrame) -> None:
         await super().stop(frame)

@@ -12,7 +12,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import AliasChoices, BaseModel, Field, ValidationError, field_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -24,8 +31,9 @@ from agent.errors import UserError
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 SYSTEM_PROMPT = (
-    "You are a friendly voice assistant on a phone call. Answer in one or two short spoken "
-    "sentences. Use plain words only: no lists, no markdown, no emoji."
+    "You are a helpful phone assistant. The caller's words come from speech recognition. "
+    "Respond with a short, natural spoken reply (one or two sentences) that adds something "
+    "new; do not echo what they said. Plain words only, no lists, markdown or emoji."
 )
 
 
@@ -144,6 +152,21 @@ class Settings(BaseSettings):
         None,
         description="OTLP/HTTP collector base URL (e.g. http://127.0.0.1:4318): export "
         "each turn and its stages as OpenTelemetry spans; unset disables",
+    )
+
+    # SecretStr: `voice-agent config` and any repr print it as '**********'.
+    serve_token: SecretStr | None = Field(
+        None,
+        description="shared secret every `serve` connection must present (?token= or "
+        "'Authorization: Bearer'); required when serving on a non-loopback address",
+    )
+    serve_allowed_origins: list[str] = Field(
+        default_factory=list,
+        description="browser origins allowed on /browser besides the server's own",
+    )
+    serve_max_calls: int = Field(8, ge=1, description="calls served at once; more get HTTP 503")
+    serve_max_call_secs: float = Field(
+        1800.0, gt=0, description="a live call is ended (files written) after this long"
     )
 
     @field_validator("models_dir", "budget_file", mode="after")

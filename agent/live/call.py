@@ -188,8 +188,10 @@ class LiveCall:
         record_wav: bool = True,
         emit: Callable[[Event], None] | None = None,
         details: Callable[[], dict[str, Any]] | None = None,
+        max_secs: float | None = None,
     ) -> None:
         self.runtime = runtime
+        self.max_secs = max_secs  # a call left open forever would hold its pipeline forever
         self.kind = kind
         self.id = secrets.token_hex(3)
         self.dir = calls_dir / f"{time.strftime('%Y%m%d-%H%M%S')}-{kind}-{self.id}"
@@ -243,7 +245,11 @@ class LiveCall:
                                                      observers=[observer]))  # fmt: skip
         hung_up = asyncio.ensure_future(self._hang_up.wait())
         try:
-            await asyncio.wait({running, hung_up}, return_when=asyncio.FIRST_COMPLETED)
+            left = None if self.max_secs is None else self.max_secs - (time.time() - self._started)
+            await asyncio.wait({running, hung_up}, timeout=None if left is None else max(left, 0),
+                               return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+            if not running.done() and not hung_up.done():
+                self.hang_up(f"the call reached its {self.max_secs:g} s limit")
             if not running.done():
                 await transport_in.hang_up(self._end_reason)
                 await asyncio.wait({running}, timeout=CANCEL_WAIT_SECS)

@@ -77,16 +77,43 @@ def serve(
     config: ConfigOpt = None,
     llm_url: LlmUrlOpt = None,
     llm_model: LlmModelOpt = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            help="Shared secret every connection must present (?token= or 'Authorization: "
+            "Bearer'); required off loopback. Prefer VOICE_AGENT_SERVE_TOKEN: a flag shows in ps."
+        ),
+    ] = None,
+    allowed_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Browser origin allowed on /browser besides the server's own (repeatable)."
+        ),
+    ] = None,  # fmt: skip
+    max_calls: Annotated[
+        int | None, typer.Option(help="Calls at once; the next connection gets HTTP 503.")
+    ] = None,
+    max_call_secs: Annotated[
+        float | None, typer.Option(help="A call is ended (files written) after this long.")
+    ] = None,
 ) -> None:
     """Serve live calls: a phone bridge (/phone, Twilio Media Streams) and a browser page (/)."""
-    from agent.live.server import CallServer, serve_calls
+    from agent.live.server import CallServer, check_serve_security, serve_calls
 
-    settings = _runtime_settings(config, llm_url, llm_model, budget_file=budget,
-                                 budget_profile=profile)  # fmt: skip
+    settings = _runtime_settings(
+        config, llm_url, llm_model, budget_file=budget, budget_profile=profile,
+        serve_token=token, serve_allowed_origins=allowed_origin or None,
+        serve_max_calls=max_calls, serve_max_call_secs=max_call_secs,
+    )  # fmt: skip
+    secret = settings.serve_token.get_secret_value() if settings.serve_token else None
+    check_serve_security(host, secret)  # before minutes of model loading
     _check_port_free(host, port)
     with _runtime(settings) as runtime:
-        server = CallServer(runtime, calls_dir, record_wav=wav,
-                            say=lambda line: typer.echo(line))  # fmt: skip
+        server = CallServer(
+            runtime, calls_dir, record_wav=wav, say=lambda line: typer.echo(line),
+            token=secret, allowed_origins=settings.serve_allowed_origins,
+            max_calls=settings.serve_max_calls, max_call_secs=settings.serve_max_call_secs,
+        )  # fmt: skip
         asyncio.run(serve_calls(server, host, port))
 
 

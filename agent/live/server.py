@@ -7,23 +7,35 @@ when its client closes the socket, says ``stop``, or the server shuts down (SIGI
 close every connection, so every call writes its files). A client's bad messages cost a
 warning line each, a broken protocol ends that call only: nothing a client sends takes the
 server down.
+
+Hardening (issue 9): a shared-secret token, when set, is checked on every request before
+anything else (``?token=``, ``Authorization: Bearer`` or the cookie the page gets) and is
+required off loopback; ``/browser`` only accepts the server's own origin and the configured
+ones; at most ``max_calls`` connections are served at once (the next one gets HTTP 503); a
+call lasts at most ``max_call_secs``; a message over ``MAX_MESSAGE_BYTES`` closes its own
+connection. Refusals happen in ``process_request``, before any model work. No file path is
+taken from a client (a call's folder is a timestamp and a random id), and client text is
+clipped in log lines.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
+import ipaddress
 import signal
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from importlib import resources
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from loguru import logger
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
+from agent.errors import UserError
 from agent.live.call import LiveCall, Runtime
 from agent.live.io import LiveInput, LiveOutput
 from agent.transports.browser import BrowserInput, BrowserOutput, EventSender, parse_control
@@ -32,13 +44,19 @@ from agent.transports.phone import (
     PhoneOutput,
     StreamInfo,
     TwilioProtocolError,
+    clip_text,
     media_payload,
     parse_message,
     read_start,
 )
 
 START_TIMEOUT_SECS = 10.0
-MAX_MESSAGE_BYTES = 1 << 20
+# Twilio media messages are ~0.4 KiB and the page's audio messages ~0.6 KiB: 64 KiB leaves
+# room and keeps what one client can make the server buffer small.
+MAX_MESSAGE_BYTES = 64 * 1024
+MIN_TOKEN_CHARS = 16
+TOKEN_COOKIE = "voice_agent_token"
+WS_PATHS = ("/phone", "/browser")
 
 # A message handler returns a reason to hang up, or None to go on.
 MessageHandler = Callable[[str | bytes], str | None]
@@ -47,6 +65,30 @@ MessageHandler = Callable[[str | bytes], str | None]
 def page() -> bytes:
     """The browser page, from the package data."""
     return (resources.files("agent") / "web" / "index.html").read_bytes()
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to anything
+
+
+def check_serve_security(host: str, token: str | None) -> None:
+    """Refuse (one line) to serve off loopback without a token, or with a guessable one."""
+    if token is not None and len(token) < MIN_TOKEN_CHARS:
+        raise UserError(
+            f"the serve token is too short ({len(token)} chars): use at least "
+            f"{MIN_TOKEN_CHARS}, e.g. `python -c 'import secrets; print(secrets.token_urlsafe())'`"
+        )
+    if token is None and not is_loopback(host):
+        raise UserError(
+            f"refusing to serve on {host} without a token: set VOICE_AGENT_SERVE_TOKEN "
+            "(or --token), or serve on 127.0.0.1"
+        )
 
 
 class CallServer:
@@ -59,20 +101,96 @@ class CallServer:
         *,
         record_wav: bool = True,
         say: Callable[[str], None] = print,
+        token: str | None = None,
+        allowed_origins: list[str] | None = None,
+        max_calls: int = 8,
+        max_call_secs: float | None = None,
     ) -> None:
         self.runtime = runtime
         self.calls_dir = calls_dir
         self.record_wav = record_wav
         self.say = say
         self.calls: dict[str, LiveCall] = {}
+        self.max_calls = max_calls
+        self.max_call_secs = max_call_secs
+        self._token = token.encode() if token else None
+        self._extra_origins = {o.rstrip("/") for o in allowed_origins or ()}
+        self._own_origins: set[str] = set()
+        self._connections = 0  # websocket connections being served (calls and pending ones)
         self._page = page()
+
+    def bound(self, host: str, port: int) -> None:
+        """Learn the address actually listened on: the server's own origins follow from it."""
+        names = {host}
+        if is_loopback(host):
+            names |= {"127.0.0.1", "localhost", "[::1]"}
+        self._own_origins = {f"http://{name}:{port}" for name in names}
+
+    # -- checks ----------------------------------------------------------------------------
+
+    def _presented_token(self, request: Request) -> str | None:
+        auth = request.headers.get("Authorization", "")
+        if auth[:7].lower() == "bearer ":
+            return auth[7:].strip()
+        query = parse_qs(urlsplit(request.path).query).get("token")
+        if query:
+            return query[0]
+        for part in request.headers.get("Cookie", "").split(";"):
+            name, _, value = part.strip().partition("=")
+            if name == TOKEN_COOKIE:
+                return unquote(value)
+        return None
+
+    def _authorized(self, request: Request) -> bool:
+        """Constant-time comparison, so the token cannot be guessed a byte at a time."""
+        if self._token is None:
+            return True
+        given = self._presented_token(request)
+        if given is None:
+            return False
+        return hmac.compare_digest(given.encode("utf-8", "replace"), self._token)
+
+    def _origin_allowed(self, request: Request) -> bool:
+        """Browsers always send Origin on a websocket: another site's page must not call in.
+
+        A request without Origin is not from a browser page (and could forge one anyway).
+        With a token set, the page's own address (Host) is accepted too: a DNS-rebinding
+        page cannot present the token, so it gets 401 first.
+        """
+        origin = request.headers.get("Origin")
+        if origin is None:
+            return True
+        allowed = self._own_origins | self._extra_origins
+        if self._token is not None and "Host" in request.headers:
+            allowed = allowed | {f"http://{request.headers['Host']}"}
+        return origin.rstrip("/") in allowed
 
     # -- HTTP -------------------------------------------------------------------------------
 
     def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
-        """Serve the page over plain HTTP; let websocket paths through to the handshake."""
+        """Refuse what must not become a call, serve the page, let the websockets through."""
         path = urlsplit(request.path).path
-        if path in ("/phone", "/browser"):
+        if not self._authorized(request):
+            logger.warning("refused {} from {}: missing or wrong token", clip_text(path, 40),
+                           _peer(connection))  # fmt: skip
+            response = connection.respond(HTTPStatus.UNAUTHORIZED, "missing or wrong token\n")
+            response.headers["WWW-Authenticate"] = "Bearer"
+            return response
+        if path == "/browser" and not self._origin_allowed(request):
+            logger.warning("refused /browser from {}: origin {} is not allowed", _peer(connection),
+                           clip_text(request.headers.get("Origin"), 80))  # fmt: skip
+            return connection.respond(
+                HTTPStatus.FORBIDDEN,
+                "origin not allowed: add it to serve_allowed_origins\n",
+            )
+        if path in WS_PATHS:
+            if self._connections >= self.max_calls:
+                logger.warning("refused {} from {}: {} calls already", path, _peer(connection),
+                               self._connections)  # fmt: skip
+                return connection.respond(
+                    HTTPStatus.SERVICE_UNAVAILABLE,
+                    f"busy: {self.max_calls} calls in progress, try again later\n",
+                )
             return None
         if path in ("/", "/index.html"):
             response = connection.respond(HTTPStatus.OK, "")
@@ -82,9 +200,16 @@ class CallServer:
             response.headers["Content-Type"] = "text/html; charset=utf-8"
             response.headers["Content-Length"] = str(len(self._page))
             response.headers["Cache-Control"] = "no-store"
+            if self._token is not None:
+                # The page's own websocket cannot add a header: a same-site cookie carries
+                # the token there (HttpOnly: the page's scripts never see it).
+                token = quote(self._token.decode(), safe="")
+                response.headers["Set-Cookie"] = (
+                    f"{TOKEN_COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/"
+                )
             return response
         return connection.respond(
-            HTTPStatus.NOT_FOUND, f"no such path {path}: try / /phone /browser\n"
+            HTTPStatus.NOT_FOUND, f"no such path {clip_text(path, 60)}: try / /phone /browser\n"
         )
 
     # -- websocket --------------------------------------------------------------------------
@@ -92,16 +217,22 @@ class CallServer:
     async def handle(self, ws: ServerConnection) -> None:
         """One connection = one call; any failure ends that call only, in one line."""
         path = urlsplit(ws.request.path if ws.request else "").path
+        self._connections += 1
         try:
-            if path == "/phone":
+            if self._connections > self.max_calls:  # handshakes that raced past the check
+                await ws.close(1013, "busy: try again later")
+            elif path == "/phone":
                 await self._phone(ws)
             elif path == "/browser":
                 await self._browser(ws)
         except ConnectionClosed:
             pass
         except Exception as exc:  # noqa: BLE001 - a call's failure must not reach the server
-            logger.error("{} call failed: {}: {}", path, type(exc).__name__, exc)
+            logger.error("{} call failed: {}: {}", path, type(exc).__name__,
+                         clip_text(str(exc), 120))  # fmt: skip
             await ws.close(1011, "internal error")
+        finally:
+            self._connections -= 1
 
     async def _phone(self, ws: ServerConnection) -> None:
         stream = StreamInfo()
@@ -112,14 +243,14 @@ class CallServer:
             await ws.close(1008, "no start message")
             return
         except TwilioProtocolError as exc:
-            logger.warning("phone: {}: closing", exc)
-            await ws.close(1003, str(exc)[:120])
+            logger.warning("phone: {}: closing", exc)  # its client parts are clipped
+            await ws.close(1003, str(exc).encode()[:120].decode(errors="ignore"))
             return
         if not started:
             return
         call = LiveCall(
             self.runtime, self.calls_dir, kind="phone", record_wav=self.record_wav,
-            details=lambda: {
+            max_secs=self.max_call_secs, details=lambda: {
                 "stream_sid": stream.stream_sid, "call_sid": stream.call_sid,
                 "marks_sent": stream.marks_sent, "marks_played": len(stream.marks_played),
             },
@@ -143,7 +274,7 @@ class CallServer:
             elif event == "stop":
                 return "the phone sent stop"
             elif event not in ("connected", "start", "dtmf"):
-                logger.warning("phone: ignored an unknown event {!r}", event[:40])
+                logger.warning("phone: ignored an unknown event {}", clip_text(event, 40))
             return None
 
         await self._converse(ws, call, transport_in, transport_out, on_message)
@@ -159,7 +290,8 @@ class CallServer:
                 return True
             if message["event"] == "stop":
                 raise TwilioProtocolError("stop before start")
-            logger.warning("phone: ignored {!r} before the start message", message["event"][:40])
+            logger.warning("phone: ignored {} before the start message",
+                           clip_text(message["event"], 40))  # fmt: skip
         return False
 
     async def _browser(self, ws: ServerConnection) -> None:
@@ -167,7 +299,7 @@ class CallServer:
         events.start()
         call = LiveCall(
             self.runtime, self.calls_dir, kind="browser", record_wav=self.record_wav,
-            emit=events.emit,
+            emit=events.emit, max_secs=self.max_call_secs,
         )  # fmt: skip
         events.emit({"type": "call", "id": call.id, "folder": call.dir.name,
                      "rate": call.rate})  # fmt: skip
@@ -220,7 +352,8 @@ class CallServer:
         if reader.done() and not reader.cancelled() and reader.exception():
             exc = reader.exception()
             if not isinstance(exc, ConnectionClosed):
-                logger.error("call {}: reading the client failed: {}", call.id, exc)
+                logger.error("call {}: reading the client failed: {}", call.id,
+                             clip_text(str(exc), 120))  # fmt: skip
         v2v = [r["voice_to_voice_ms"] for r in records if r["voice_to_voice_ms"] is not None]
         self.say(
             f"call {call.id} ended ({call.info.get('end_reason', '')}): {len(records)} turn(s)"
@@ -230,6 +363,7 @@ class CallServer:
 
 
 def _peer(ws: ServerConnection) -> str:
+    """The client's address, for log lines (it comes from the socket, not from the client)."""
     try:
         host, port = ws.remote_address[:2]
         return f"{host}:{port}"
@@ -260,6 +394,7 @@ async def serve_calls(
             max_size=MAX_MESSAGE_BYTES,
         ) as ws_server:  # fmt: skip
             bound = next(iter(ws_server.sockets)).getsockname()[1]
+            server.bound(host, bound)
             server.say(
                 f"serving on http://{host}:{bound}/ (phone: ws://{host}:{bound}/phone, "
                 f"browser page: http://{host}:{bound}/); calls in {server.calls_dir}/"

@@ -21,6 +21,7 @@ from websockets.exceptions import ConnectionClosed
 
 from agent.clock import CallClock, CallRecorder
 from agent.live.io import LiveInput, LiveOutput
+from agent.transports.phone import clip_text
 
 MAX_QUEUED_EVENTS = 1000
 
@@ -94,8 +95,8 @@ def parse_control(text: str) -> dict[str, Any] | None:
     """A text message from the page (only ``{"type": "stop"}`` means something today)."""
     try:
         message = json.loads(text)
-    except json.JSONDecodeError:
-        logger.warning("browser: ignored a text message that is not JSON: {!r}", text[:60])
+    except (ValueError, RecursionError):  # also too deep / over-long numbers: never raises
+        logger.warning("browser: ignored a text message that is not JSON: {}", clip_text(text))
         return None
     if not isinstance(message, dict):
         logger.warning("browser: ignored a text message that is not a JSON object")

@@ -149,22 +149,39 @@ class PhoneOutput(LiveOutput):
             await self._send({"event": "mark", "mark": {"name": name}})
 
 
+LOG_TEXT_CHARS = 80
+
+
+def clip_text(value: object, limit: int = LOG_TEXT_CHARS) -> str:
+    """A client-provided value as it may appear in a log line: repr'd, at most ``limit`` chars.
+
+    Clients choose what they send, so a log line never carries it at full length.
+    """
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 class TwilioProtocolError(Exception):
     """The phone side sent something the call cannot go on with."""
 
 
 def parse_message(text: str | bytes) -> dict[str, Any] | None:
-    """One inbound message as a dict, or None (with one warning line) when it is not one."""
+    """One inbound message as a dict, or None (with one warning line) when it is not one.
+
+    Pure apart from that line: it never raises, whatever the client sent (deep nesting and
+    over-long numbers make ``json.loads`` raise RecursionError / ValueError, not only
+    JSONDecodeError).
+    """
     if isinstance(text, bytes):
         logger.warning("phone: ignored a binary message (Twilio media streams send JSON text)")
         return None
     try:
         message = json.loads(text)
-    except json.JSONDecodeError:
-        logger.warning("phone: ignored a message that is not JSON: {!r}", text[:60])
+    except (ValueError, RecursionError):
+        logger.warning("phone: ignored a message that is not JSON: {}", clip_text(text))
         return None
     if not isinstance(message, dict) or not isinstance(message.get("event"), str):
-        logger.warning("phone: ignored a message without an 'event' name: {!r}", text[:60])
+        logger.warning("phone: ignored a message without an 'event' name: {}", clip_text(text))
         return None
     return message
 
@@ -181,11 +198,12 @@ def read_start(message: dict[str, Any], stream: StreamInfo) -> None:
     channels = fmt.get("channels", 1)
     if (encoding, rate, channels) != ("audio/x-mulaw", PHONE_RATE, 1):
         raise TwilioProtocolError(
-            f"unsupported media format {encoding} {rate} Hz x{channels}: "
-            "only audio/x-mulaw 8000 Hz mono is spoken here"
+            f"unsupported media format {clip_text(encoding, 40)} {clip_text(rate, 20)} Hz "
+            f"x{clip_text(channels, 20)}: only audio/x-mulaw 8000 Hz mono is spoken here"
         )
     stream.stream_sid = sid
-    stream.call_sid = start.get("callSid")
+    call_sid = start.get("callSid")
+    stream.call_sid = call_sid if isinstance(call_sid, str) else None
 
 
 def media_payload(message: dict[str, Any]) -> bytes | None:

@@ -68,6 +68,8 @@ def with_barge_in(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     The caller's speech that cut the bot off opens the next turn, so its ``speech_start``
     is that turn's.
     """
+    if not records:  # a call without a turn still writes its files
+        return records
     for record, following in zip(records, records[1:] + [None], strict=True):
         stopped = record["events"].get("interrupted")
         started = following["events"].get("speech_start") if following else None

@@ -1,0 +1,275 @@
+"""``voice-agent serve`` hardening against a real server on loopback: token (401), origin
+(403), concurrent calls (503), message size (1009, that connection only), call length.
+
+One server for the module, started with short limits so every test stays bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from agent.audio import load_audio
+from agent.errors import UserError
+from agent.live.caller import PhoneCaller
+from agent.live.server import MAX_MESSAGE_BYTES, check_serve_security, is_loopback
+from tests.conftest import SAMPLES
+from tests.live_server import STARTUP_SECS, Server, _collect, free_port
+
+TOKEN = "test-token-0123456789abcdef"
+MAX_CALLS = 2
+MAX_CALL_SECS = 15
+ALLOWED = "http://allowed.example:8080"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[Server]:
+    """The server, token from the environment (as in production), limits from flags."""
+    calls_dir = tmp_path_factory.mktemp("calls")
+    port = free_port()
+    env = {**os.environ, "VOICE_AGENT_SERVE_TOKEN": TOKEN}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agent.cli", "serve", "--port", str(port), "--calls-dir",
+         str(calls_dir), "--max-calls", str(MAX_CALLS), "--max-call-secs", str(MAX_CALL_SECS),
+         "--allowed-origin", ALLOWED],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    running = Server(port, calls_dir, process)
+    for stream, lines in ((process.stdout, running.stdout), (process.stderr, running.stderr)):
+        threading.Thread(target=_collect, args=(stream, lines), daemon=True).start()
+    try:
+        if running.wait_for_line("serving on", STARTUP_SECS) is None:
+            raise RuntimeError("the server did not start:\n" + "\n".join(running.stderr[-20:]))
+        yield running
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+        try:
+            code = process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            code = process.wait()
+    assert code == 0, "the server did not shut down cleanly:\n" + "\n".join(running.stderr[-20:])
+    log = "\n".join(running.stdout + running.stderr)
+    assert TOKEN not in log, "the token was logged"
+    assert "Traceback" not in log and "call failed" not in log, log[-2000:]
+
+
+def phone_url(server: Server, token: str | None = TOKEN) -> str:
+    return server.url("/phone") + (f"?token={token}" if token is not None else "")
+
+
+async def refused_status(url: str, **kwargs) -> int | None:
+    """The HTTP status the handshake was refused with, or None when it was accepted."""
+    try:
+        async with connect(url, **kwargs):
+            return None
+    except InvalidStatus as exc:
+        return exc.response.status_code
+
+
+def call_info(server: Server, phone: PhoneCaller) -> tuple[Path, dict]:
+    """The folder and call.json of that phone's call (folders of one second sort randomly)."""
+    for folder in server.calls("phone"):
+        path = folder / "call.json"
+        if path.exists():
+            info = json.loads(path.read_text())
+            if info.get("stream_sid") == phone.stream_sid:
+                return folder, info
+    raise AssertionError(f"no call.json for stream {phone.stream_sid}")
+
+
+async def connect_when_free(url: str, timeout: float = 20.0):
+    """A raw connection, retrying while the slots of earlier tests' calls are being freed."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        try:
+            return await connect(url)
+        except InvalidStatus as exc:
+            if exc.response.status_code != 503 or loop.time() > deadline:
+                raise
+            await asyncio.sleep(0.3)
+
+
+async def open_caller(url: str, timeout: float = 20.0) -> PhoneCaller:
+    """A connected phone, retrying while the slots of earlier tests' calls are being freed."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        phone = PhoneCaller(url)
+        try:
+            return await phone.__aenter__()
+        except InvalidStatus as exc:
+            if exc.response.status_code != 503 or loop.time() > deadline:
+                raise
+            await asyncio.sleep(0.3)
+
+
+def test_loopback_and_token_rules():
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("example.com")
+    check_serve_security("127.0.0.1", None)
+    check_serve_security("0.0.0.0", TOKEN)
+    with pytest.raises(UserError, match="without a token"):
+        check_serve_security("0.0.0.0", None)
+    with pytest.raises(UserError, match="too short"):
+        check_serve_security("127.0.0.1", "short")
+
+
+def test_refuses_a_public_address_without_a_token(tmp_path):
+    """One clear line and exit 2, at once: no model is loaded first."""
+    env = {k: v for k, v in os.environ.items() if k != "VOICE_AGENT_SERVE_TOKEN"}
+    done = subprocess.run(
+        [sys.executable, "-m", "agent.cli", "serve", "--host", "0.0.0.0", "--port",
+         str(free_port()), "--calls-dir", str(tmp_path)],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "without a token" in lines[0], done.stderr
+    assert not list(tmp_path.iterdir())
+
+
+async def test_token_is_required_and_checked(server):
+    assert await refused_status(phone_url(server, None)) == 401
+    assert await refused_status(phone_url(server, "wrong-" + TOKEN)) == 401
+    assert await refused_status(phone_url(server, TOKEN[:-1])) == 401
+    bearer = {"Authorization": "Bearer nope"}
+    assert await refused_status(server.url("/phone"), additional_headers=bearer) == 401
+    assert await refused_status(server.url("/browser")) == 401
+    # The page too; with the token it comes with the cookie its own websocket will carry.
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    conn.request("GET", "/")
+    assert conn.getresponse().status == 401
+    conn.request("GET", f"/?token={TOKEN}")
+    response = conn.getresponse()
+    assert response.status == 200 and b"<html" in response.read().lower()
+    cookie = response.getheader("Set-Cookie", "")
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    conn.close()
+    # A refused handshake creates no call.
+    assert not server.calls("phone") and not server.calls("browser")
+
+    # The right token, as a header or in the query: the call works.
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    assert await refused_status(server.url("/phone"), additional_headers=bearer) is None
+    question = load_audio(SAMPLES / "new_home_in_the_stars.wav", 16000)
+    phone = await open_caller(phone_url(server))
+    try:
+        await asyncio.sleep(0.3)
+        asked = phone.speak(question)
+        await asked.done.wait()
+        reply = await phone.wait_for("media", asked.sent_at[-1], 30)
+        assert reply is not None, "no answer with the right token"
+        assert await phone.hang_up(30)
+    finally:
+        await phone.__aexit__(None, None, None)
+    assert call_info(server, phone)[1]["end_reason"] == "the phone sent stop"
+
+
+async def test_browser_origin_is_checked(server):
+    url = server.url("/browser") + f"?token={TOKEN}"
+    assert await refused_status(url, origin="http://evil.example") == 403
+    assert await refused_status(url, origin=f"http://evil.example:{server.port}") == 403
+    for origin in (f"http://127.0.0.1:{server.port}", f"http://localhost:{server.port}", ALLOWED):
+        async with connect(url, origin=origin) as ws:
+            first = json.loads(await asyncio.wait_for(ws.recv(), 30))
+            assert first["type"] == "call"
+            await ws.send(json.dumps({"type": "stop"}))
+            with pytest.raises(ConnectionClosed):
+                while True:
+                    await asyncio.wait_for(ws.recv(), 30)
+    # The page's websocket with the page's cookie and origin (what a browser sends).
+    cookie = {"Cookie": f"voice_agent_token={TOKEN}"}
+    async with connect(server.url("/browser"), origin=f"http://127.0.0.1:{server.port}",
+                       additional_headers=cookie) as ws:  # fmt: skip
+        assert json.loads(await asyncio.wait_for(ws.recv(), 30))["type"] == "call"
+
+
+async def test_too_many_calls_are_refused_with_503(server):
+    phones = [await open_caller(phone_url(server)) for _ in range(MAX_CALLS)]
+    try:
+        assert await refused_status(phone_url(server)) == 503
+        assert await refused_status(server.url("/browser") + f"?token={TOKEN}") == 503
+        assert await phones[0].hang_up(30)
+        # A freed slot takes the next caller.
+        extra = await open_caller(phone_url(server), timeout=10)
+        assert await extra.hang_up(30)
+        await extra.__aexit__(None, None, None)
+    finally:
+        for phone in phones:
+            await phone.__aexit__(None, None, None)
+
+
+async def test_an_oversized_message_closes_only_its_connection(server):
+    phone = await open_caller(phone_url(server))
+    try:
+        async with await connect_when_free(phone_url(server)) as ws:
+            await ws.send("x" * (MAX_MESSAGE_BYTES + 1))
+            with pytest.raises(ConnectionClosed):
+                await asyncio.wait_for(ws.recv(), 10)
+            assert ws.close_code == 1009
+        await asyncio.sleep(0.5)
+        assert not phone.closed.is_set(), "the other call was closed too"
+        assert await phone.hang_up(30)
+    finally:
+        await phone.__aexit__(None, None, None)
+    assert call_info(server, phone)[1]["end_reason"] == "the phone sent stop"
+
+
+async def test_a_call_ends_at_its_time_limit_with_its_files(server):
+    question = load_audio(SAMPLES / "new_home_in_the_stars.wav", 16000)
+    phone = await open_caller(phone_url(server))
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    try:
+        await asyncio.sleep(0.3)
+        asked = phone.speak(question)
+        await asked.done.wait()
+        assert await phone.wait_for("media", asked.sent_at[-1], 30) is not None
+        # The caller never hangs up: the server does, at the limit.
+        await asyncio.wait_for(phone.closed.wait(), MAX_CALL_SECS + 30)
+        lasted = loop.time() - started
+    finally:
+        await phone.__aexit__(None, None, None)
+    assert MAX_CALL_SECS - 1 < lasted < MAX_CALL_SECS + 15, lasted
+    folder, info = call_info(server, phone)
+    assert info["end_reason"] == f"the call reached its {MAX_CALL_SECS:g} s limit", info
+    records = [json.loads(x) for x in (folder / "turns.jsonl").read_text().splitlines()]
+    assert records and records[0]["voice_to_voice_ms"] > 0
+    assert (folder / "summary.json").exists() and (folder / "call.wav").exists()
+    assert np.isfinite(info["duration_s"])
+
+
+def test_client_text_is_clipped_in_the_log(server):
+    """Runs last: a long junk message must not reach the log at full length."""
+    junk = "JUNK" * 2000
+
+    async def send_junk() -> None:
+        phone = await open_caller(phone_url(server))
+        try:
+            await phone.send(junk)
+            await phone.send(json.dumps({"event": junk}))
+            await asyncio.sleep(0.5)
+            assert await phone.hang_up(30)
+        finally:
+            await phone.__aexit__(None, None, None)
+
+    asyncio.run(send_junk())
+    log = "\n".join(server.stderr)
+    assert "not JSON" in log and "unknown event" in log
+    assert "JUNK" * 30 not in log

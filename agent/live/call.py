@@ -1,10 +1,10 @@
 """One live call: its clock, recording, pipeline, observer and files.
 
 A call runs until the caller hangs up (``hang_up()``: the client closed, Twilio said ``stop``,
-Ctrl-C); then its pipeline is cancelled (the caller is gone, nothing is left to play) and
-its files are written under ``calls/<timestamp>-<kind>-<id>/``: ``turns.jsonl`` (the replay
-contract's records, plus ``barge_in_ms`` on interrupted turns), ``summary.json``,
-``call.json`` (who, when, why it ended, transport details) and, unless disabled,
+Ctrl-C) or its ``max_secs`` have passed; then its pipeline is cancelled (the caller is gone,
+nothing is left to play) and its files are written under ``calls/<timestamp>-<kind>-<id>/``:
+``turns.jsonl`` (the replay contract's records, plus ``barge_in_ms`` on interrupted turns),
+``summary.json``, ``call.json`` (who, when, why it ended, transport details) and, unless disabled,
 ``call.wav``. ``turns.jsonl`` is also rewritten after every answer, so a call that dies
 leaves its turns behind, and every ``report_every_turns`` finished turns a ``rolling summary:``
 line (voice-to-voice p50/p95 so far, turns over budget) is logged and sent to the client as a

@@ -56,13 +56,13 @@ def _collect(stream, lines: list[str]) -> None:
 
 
 @contextmanager
-def serving(calls_dir: Path) -> Iterator[Server]:
+def serving(calls_dir: Path, *flags: str, env: dict[str, str] | None = None) -> Iterator[Server]:
     """Start the server, wait until it listens, stop it with SIGINT and check it exited 0."""
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "agent.cli", "serve", "--port", str(port),
-         "--calls-dir", str(calls_dir)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+         "--calls-dir", str(calls_dir), *flags],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     server = Server(port, calls_dir, process)
     for stream, lines in ((process.stdout, server.stdout), (process.stderr, server.stderr)):

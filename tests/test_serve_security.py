@@ -10,10 +10,8 @@ import asyncio
 import http.client
 import json
 import os
-import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,7 +25,7 @@ from agent.errors import UserError
 from agent.live.caller import PhoneCaller
 from agent.live.server import MAX_MESSAGE_BYTES, check_serve_security, is_loopback
 from tests.conftest import SAMPLES
-from tests.live_server import STARTUP_SECS, Server, _collect, free_port
+from tests.live_server import Server, free_port, serving
 
 TOKEN = "test-token-0123456789abcdef"
 MAX_CALLS = 2
@@ -39,30 +37,10 @@ ALLOWED = "http://allowed.example:8080"
 def server(tmp_path_factory) -> Iterator[Server]:
     """The server, token from the environment (as in production), limits from flags."""
     calls_dir = tmp_path_factory.mktemp("calls")
-    port = free_port()
     env = {**os.environ, "VOICE_AGENT_SERVE_TOKEN": TOKEN}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "agent.cli", "serve", "--port", str(port), "--calls-dir",
-         str(calls_dir), "--max-calls", str(MAX_CALLS), "--max-call-secs", str(MAX_CALL_SECS),
-         "--allowed-origin", ALLOWED],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
-    running = Server(port, calls_dir, process)
-    for stream, lines in ((process.stdout, running.stdout), (process.stderr, running.stderr)):
-        threading.Thread(target=_collect, args=(stream, lines), daemon=True).start()
-    try:
-        if running.wait_for_line("serving on", STARTUP_SECS) is None:
-            raise RuntimeError("the server did not start:\n" + "\n".join(running.stderr[-20:]))
+    limits = ["--max-calls", str(MAX_CALLS), "--max-call-secs", str(MAX_CALL_SECS)]
+    with serving(calls_dir, *limits, "--allowed-origin", ALLOWED, env=env) as running:
         yield running
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-        try:
-            code = process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            code = process.wait()
-    assert code == 0, "the server did not shut down cleanly:\n" + "\n".join(running.stderr[-20:])
     log = "\n".join(running.stdout + running.stderr)
     assert TOKEN not in log, "the token was logged"
     assert "Traceback" not in log and "call failed" not in log, log[-2000:]

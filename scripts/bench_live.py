@@ -34,7 +34,7 @@ from agent.live.server import CallServer, serve_calls
 from agent.pipeline import AgentModels, llm_engine
 from agent.replay import replay_call
 from agent.settings import Settings
-from agent.timing.budget import load_budget, percentile
+from agent.timing.budget import load_budget, rounded_percentile
 from agent.transports.replay import ReplayTurn
 
 SAMPLES = Path(__file__).resolve().parents[1] / "agent" / "samples"
@@ -48,8 +48,8 @@ def stats(values: list[float]) -> dict[str, Any]:
     xs = [v for v in values if v is not None]
     return {
         "n": len(xs),
-        "p50": round(percentile(xs, 50), 1) if xs else None,
-        "p95": round(percentile(xs, 95), 1) if xs else None,
+        "p50": rounded_percentile(xs, 50),
+        "p95": rounded_percentile(xs, 95),
         "values": [round(v, 1) for v in xs],
     }
 
@@ -164,10 +164,15 @@ async def bench(args: argparse.Namespace, runtime: Runtime, work: Path) -> dict[
             "interrupted": sum(1 for a in attempts if a["latency_ms"] is not None),
         },
         "per_turn": [
-            {"clip": n, "replay": r["voice_to_voice_ms"],
-             "phone_server": p["voice_to_voice_ms"] if p else None, "phone_caller": c}
-            for n, r, p, c in zip(names, replayed, phoned + [None] * len(names), client_v2v,
-                                  strict=False)
+            {
+                "clip": n,
+                "replay": r["voice_to_voice_ms"],
+                "phone_server": p["voice_to_voice_ms"] if p else None,
+                "phone_caller": c,
+            }
+            for n, r, p, c in zip(
+                names, replayed, phoned + [None] * len(names), client_v2v, strict=False
+            )
         ],  # fmt: skip
         "engine": runtime.settings.llm.engine,
         "asr": runtime.settings.asr.model,
@@ -206,8 +211,10 @@ def main() -> None:
     show(result)
     missed = [a for a in result["barge_in_ms"]["attempts"] if a.get("bot_talking_ms") is not None]
     for a in missed:
-        print(f"  no clear: the bot's audio kept arriving {a['bot_talking_ms']:.0f} ms after the "
-              f"caller started ({a['answer_audio_before_cut_s']} s of answer)")
+        print(
+            f"  no clear: the bot's audio kept arriving {a['bot_talking_ms']:.0f} ms after the "
+            f"caller started ({a['answer_audio_before_cut_s']} s of answer)"
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"\nwritten: {args.out}")

@@ -20,13 +20,12 @@ import statistics
 import time
 from pathlib import Path
 
-import numpy as np
-
 from agent import model_store
 from agent.llm.engines import ChatEngine, InProcessLlama, OpenAIChatEngine, Usage
 from agent.llm.llama_server import LlamaServer
 from agent.llm.prompt import prompt_messages
 from agent.settings import Settings
+from agent.timing.budget import rounded_percentile
 
 USER_TURNS = [
     "Hi there, who am I speaking with?",
@@ -40,10 +39,6 @@ USER_TURNS = [
     "How far away is it?",
     "Thanks, that is all for today.",
 ]
-
-
-def pct(xs: list[float], q: int) -> float:
-    return round(float(np.percentile(xs, q)), 1)
 
 
 async def one_turn(engine: ChatEngine, messages: list[dict], max_tokens: int) -> dict:
@@ -96,8 +91,8 @@ def summary(rows: list[dict]) -> dict:
         ratio = round(cached / sum(r["prompt_tokens"] for r in later), 2)
     return {
         "first_turn_ttft_ms": ttft[0],
-        "ttft_p50_ms": pct(ttft, 50),
-        "ttft_p95_ms": pct(ttft, 95),
+        "ttft_p50_ms": rounded_percentile(ttft, 50),
+        "ttft_p95_ms": rounded_percentile(ttft, 95),
         "cached_ratio_turn2_on": ratio,
     }
 
@@ -123,8 +118,8 @@ async def concurrency(server: LlamaServer, gguf: Path, settings: Settings, n: in
     tokens = sum(r["completion_tokens"] or 0 for r in rows)
     return {
         "calls": n,
-        "ttft_p50_ms": pct([r["ttft_ms"] for r in rows], 50),
-        "ttft_p95_ms": pct([r["ttft_ms"] for r in rows], 95),
+        "ttft_p50_ms": rounded_percentile([r["ttft_ms"] for r in rows], 50),
+        "ttft_p95_ms": rounded_percentile([r["ttft_ms"] for r in rows], 95),
         "tokens_per_s": round(tokens / wall, 1),
     }
 

@@ -25,6 +25,7 @@ from agent.audio import load_audio
 from agent.recognition.transcribe import transcribe_stream
 from agent.recognition.whisper_decoder import RATE, WhisperDecoder
 from agent.settings import Settings
+from agent.timing.budget import rounded_percentile
 from agent.transports.replay import ReplayTurn
 
 SAMPLES = Path(__file__).resolve().parents[1] / "agent" / "samples"
@@ -45,10 +46,6 @@ class TimedDecoder(WhisperDecoder):
             return super().transcribe(audio)
         finally:
             self.busy_secs += time.perf_counter() - start
-
-
-def pct(xs: list[float], q: int) -> float | None:
-    return round(float(np.percentile(xs, q)), 1) if xs else None
 
 
 async def main() -> None:
@@ -93,9 +90,19 @@ async def main() -> None:
         "rounds": args.rounds,
         "wer_streaming": round(jiwer.wer(refs, ours), 4),
         "wer_offline_transcribe": round(jiwer.wer(refs[:n], offline), 4),
-        "stt_final_ms": {"p50": pct(stt_final, 50), "p95": pct(stt_final, 95), "n": len(stt_final)},
-        "interim_gap_ms": {"p50": pct(interim_gaps, 50), "max": pct(interim_gaps, 100)},
-        "offline_transcribe_ms": {"p50": pct(offline_ms, 50), "max": pct(offline_ms, 100)},
+        "stt_final_ms": {
+            "p50": rounded_percentile(stt_final, 50),
+            "p95": rounded_percentile(stt_final, 95),
+            "n": len(stt_final),
+        },
+        "interim_gap_ms": {
+            "p50": rounded_percentile(interim_gaps, 50),
+            "max": rounded_percentile(interim_gaps, 100),
+        },
+        "offline_transcribe_ms": {
+            "p50": rounded_percentile(offline_ms, 50),
+            "max": rounded_percentile(offline_ms, 100),
+        },
         "decoder_compute_per_audio_sec": round(decoder.busy_secs / audio_secs, 3),
         "turns_per_clip": turns_per_clip,
         "transcripts": {"streaming": ours[:n], "offline": offline},

@@ -19,8 +19,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
-
 from agent import model_store
 from agent.llm.engines import InProcessLlama, Usage
 from agent.llm.prompt import prompt_messages
@@ -28,6 +26,7 @@ from agent.settings import Settings
 from agent.synthesis.chunker import split_phrase
 from agent.synthesis.piper_tts import PiperVoiceModel
 from agent.synthesis.speakable import speakable
+from agent.timing.budget import rounded_percentile
 
 RATE = 16000
 USER_TURNS = [
@@ -38,10 +37,6 @@ USER_TURNS = [
     "Can you tell me about the weather tomorrow?",
 ]
 SETTINGS = [(1, 6), (2, 6), (3, 6), (4, 6), (6, 8), (99, 99)]  # (first_min_words, min_words)
-
-
-def pct(xs: list[float], q: int) -> float | None:
-    return round(float(np.percentile(xs, q)), 1) if xs else None
 
 
 async def answer(
@@ -127,14 +122,16 @@ async def main() -> None:
                 "first_min_words": first_min,
                 "min_words": min_words,
                 "answers": len(rows),
-                "first_phrase_words_p50": pct([r["first_phrase_words"] for r in rows], 50),
-                "first_phrase_p50_ms": pct([r["first_phrase_ms"] for r in rows], 50),
-                "tts_ttfb_p50_ms": pct([r["tts_ttfb_ms"] for r in rows], 50),
-                "first_phrase_plus_tts_ttfb_p50_ms": pct(both, 50),
-                "first_phrase_plus_tts_ttfb_p95_ms": pct(both, 95),
+                "first_phrase_words_p50": rounded_percentile(
+                    [r["first_phrase_words"] for r in rows], 50
+                ),
+                "first_phrase_p50_ms": rounded_percentile([r["first_phrase_ms"] for r in rows], 50),
+                "tts_ttfb_p50_ms": rounded_percentile([r["tts_ttfb_ms"] for r in rows], 50),
+                "first_phrase_plus_tts_ttfb_p50_ms": rounded_percentile(both, 50),
+                "first_phrase_plus_tts_ttfb_p95_ms": rounded_percentile(both, 95),
                 "later_phrases": len(gaps),
                 "audible_gaps": sum(1 for g in gaps if g > 0),
-                "gap_ms_max": pct(gaps, 100),
+                "gap_ms_max": rounded_percentile(gaps, 100),
             }
         )
     print(f"Piper real-time factor: {report['piper_rtf']}")

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
@@ -33,6 +32,7 @@ from agent.clock import CallClock, CallRecorder  # noqa: E402
 from agent.llm.llama_server import LlamaServer  # noqa: E402
 from agent.pipeline import run_pipeline  # noqa: E402
 from agent.settings import Settings, load_settings  # noqa: E402
+from agent.timing.budget import rounded_percentile  # noqa: E402
 from agent.timing.callwav import load_thresholds, measure_call  # noqa: E402
 from agent.transports.replay import ReplayInput, ReplayTurn, SimulatedSpeakerOutput  # noqa: E402
 
@@ -101,10 +101,6 @@ def run_stock(
     asyncio.run(_stock_call(clips, out, settings, server, answer_timeout))
 
 
-def pct(values: list[float], q: float) -> float | None:
-    return round(float(np.percentile(values, q)), 1) if values else None
-
-
 def mode_summary(turns: list[dict[str, Any]]) -> dict[str, Any]:
     """p50/p95 over turns answered after the user's speech end (early answers counted apart)."""
     v2v = [
@@ -116,8 +112,8 @@ def mode_summary(turns: list[dict[str, Any]]) -> dict[str, Any]:
         "turns": len(turns),
         "answered": sum(t["bot_start_ms"] is not None for t in turns),
         "answered_early": sum(t["early"] for t in turns),
-        "voice_to_voice_p50_ms": pct(v2v, 50),
-        "voice_to_voice_p95_ms": pct(v2v, 95),
+        "voice_to_voice_p50_ms": rounded_percentile(v2v, 50),
+        "voice_to_voice_p95_ms": rounded_percentile(v2v, 95),
     }
 
 
@@ -170,7 +166,7 @@ def main() -> int:
                       f"{[t['voice_to_voice_ms'] for t in measured]}", flush=True)  # fmt: skip
 
     summary = {m: mode_summary(results[m]) for m in results}
-    summary["ours"]["stage_p50_ms"] = {s: pct(v, 50) for s, v in stages.items()}
+    summary["ours"]["stage_p50_ms"] = {s: rounded_percentile(v, 50) for s, v in stages.items()}
     a, b = summary["ours"]["voice_to_voice_p50_ms"], summary["stock"]["voice_to_voice_p50_ms"]
     ratio = round(b / a, 2) if a and b else None
     report = {

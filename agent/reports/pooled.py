@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from agent.reports.load import Pool, Turn
-from agent.timing.budget import Budget, percentile
-from agent.timing.summary import stage_values, summarize
+from agent.timing.budget import Budget
+from agent.timing.summary import stage_stats, stage_values, summarize
 from agent.timing.timeline import STAGE_NAMES
 
 GAP_NAMES = ("stt_to_llm",)
@@ -40,17 +40,6 @@ def gap_values(pool: Pool) -> dict[str, list[float]]:
             if isinstance(value, int | float):
                 values[name].append(float(value))
     return values
-
-
-def _stats(xs: list[float]) -> dict[str, float | int | None]:
-    if not xs:
-        return {"n": 0, "p50": None, "p95": None, "max": None}
-    return {
-        "n": len(xs),
-        "p50": round(percentile(xs, 50), 1),
-        "p95": round(percentile(xs, 95), 1),
-        "max": round(max(xs), 1),
-    }
 
 
 def llm_cache(pool: Pool) -> dict[str, Any]:
@@ -91,7 +80,7 @@ def pooled_summary(pool: Pool, budget: Budget, worst: int = 5) -> dict[str, Any]
     values = stage_values(records)
     summary["runs"] = [str(run) for run in pool.runs]
     summary["stage_verdicts"] = stage_verdicts(values, budget)
-    summary["gaps"] = {name: _stats(xs) for name, xs in gap_values(pool).items()}
+    summary["gaps"] = {name: stage_stats(xs) for name, xs in gap_values(pool).items()}
     summary["llm_cache"] = llm_cache(pool)
     summary["interruptions"] = sum(1 for r in records if r.get("interrupted"))
     summary["unanswered"] = [t.label for t in pool.turns if t.v2v is None]

@@ -80,8 +80,13 @@ class Budget(BaseModel):
         return problems
 
 
-def percentile(values: list[float], q: int) -> float:
+def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=float), q, method="linear"))
+
+
+def rounded_percentile(values: list[float], q: float) -> float | None:
+    """The percentile to 0.1 ms, as reports and benchmarks print it; None with no values."""
+    return round(percentile(values, q), 1) if values else None
 
 
 def load_budget(path: Path, profile: str | None = None) -> Budget:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.timing.budget import Budget, percentile
+from agent.timing.budget import Budget, rounded_percentile
 from agent.timing.timeline import STAGE_NAMES
 
 
@@ -19,18 +19,20 @@ def stage_values(records: list[dict[str, Any]]) -> dict[str, list[float]]:
     return values
 
 
+def stage_stats(xs: list[float]) -> dict[str, Any]:
+    """Count, p50, p95 and max of one stage's values (None where there are none)."""
+    return {
+        "n": len(xs),
+        "p50": rounded_percentile(xs, 50),
+        "p95": rounded_percentile(xs, 95),
+        "max": round(max(xs), 1) if xs else None,
+    }
+
+
 def summarize(records: list[dict[str, Any]], budget: Budget) -> dict[str, Any]:
     """summary.json: p50/p95/max per stage, the budget used and the verdict."""
     values = stage_values(records)
-    stages = {
-        name: {
-            "n": len(xs),
-            "p50": round(percentile(xs, 50), 1) if xs else None,
-            "p95": round(percentile(xs, 95), 1) if xs else None,
-            "max": round(max(xs), 1) if xs else None,
-        }
-        for name, xs in values.items()
-    }
+    stages = {name: stage_stats(xs) for name, xs in values.items()}
     violations = budget.check(values)
     return {
         "turns": len(records),

@@ -12,7 +12,8 @@ import pytest
 import soundfile as sf
 import soxr
 
-from agent.audio import speech_bounds
+from agent.audio import load_audio
+from agent.timing.callwav import load_thresholds, measure_call
 from agent.timing.timeline import EVENTS, STAGE_NAMES
 from tests.conftest import SAMPLES, wer
 
@@ -76,30 +77,26 @@ def test_summary_has_percentiles_and_a_verdict(run):
     assert summary["budget"]["stages"]["voice_to_voice"]["p95"] == 800
 
 
-def test_call_wav_shows_the_reported_voice_to_voice(run, manifest):
+def test_call_wav_shows_the_reported_voice_to_voice(run):
     """From call.wav alone: user speech end (channel 0) -> first bot sample (channel 1).
 
-    The user's speech end is found with each clip's published energy thresholds
-    (agent/samples/README.md), independently of the agent's own detector.
+    ``measure_call`` finds each turn in the recording itself and the user's speech end with
+    each clip's published energy thresholds (agent/samples/README.md), independently of the
+    agent's own events; the bench against stock Pipecat measures both pipelines this way.
     """
     out, _ = run
-    audio, rate = sf.read(out / "call.wav", dtype="int16")
     info = sf.info(out / "call.wav")
-    assert (rate, info.channels, info.subtype) == (16000, 2, "PCM_16")
-    user, bot = audio[:, 0], audio[:, 1]
+    assert (info.samplerate, info.channels, info.subtype) == (16000, 2, "PCM_16")
+    bot = sf.read(out / "call.wav", dtype="int16")[0][:, 1]
     assert np.abs(bot).max() > 1000  # the bot really spoke
-    for turn in records(out):
-        thresholds = manifest[Path(turn["input"]).stem + ".wav"]["energy_threshold_dbfs"]
-        start = int(turn["events"]["speech_start"] * rate / 1000) - rate // 2
-        stop = int(turn["events"]["first_audio_out"] * rate / 1000)
-        segment = user[max(0, start) : stop]
-        bounds = speech_bounds(segment, rate, (thresholds["low"], thresholds["high"]))
-        assert bounds is not None
-        speech_end = (max(0, start) + bounds[1]) / rate * 1000
-        after = np.flatnonzero(bot[int(speech_end * rate / 1000) :])
-        first_bot = int(speech_end * rate / 1000) + after[0]
-        measured = first_bot / rate * 1000 - speech_end
-        assert abs(measured - turn["voice_to_voice_ms"]) <= 30, (measured, turn)
+    turns = records(out)
+    clips = [(Path(t["input"]).stem + ".wav", load_audio(Path(t["input"]), 16000)) for t in turns]
+    measured = measure_call(out / "call.wav", clips, load_thresholds(SAMPLES / "manifest.jsonl"))
+    assert len(measured) == len(turns)
+    for seen, turn in zip(measured, turns, strict=True):
+        assert seen.voice_to_voice_ms is not None and not seen.early, (seen, turn)
+        assert abs(seen.voice_to_voice_ms - turn["voice_to_voice_ms"]) <= 30, (seen, turn)
+        assert abs(seen.speech_end_ms - turn["events"]["speech_end"]) <= 30, (seen, turn)
 
 
 def test_check_exits_1_when_the_budget_is_violated(run, tmp_path):

@@ -61,3 +61,12 @@ class PauseTranscriptFrame(SystemFrame):
 @dataclass
 class StopAnswerFrame(SystemFrame):
     """Upstream, to the LLM stage: stop generating the current answer (nothing is flushed)."""
+
+
+@dataclass
+class StageErrorFrame(SystemFrame):
+    """A stage failed and recovered (or gave up) inside the call: recorded in the turn's
+    ``errors``. ``stage`` is one of stt, llm, tts, transport; ``error`` is one short line."""
+
+    stage: str = ""
+    error: str = ""

@@ -20,7 +20,7 @@ from pipecat.frames.frames import (
 from pipecat.observers.base_observer import BaseObserver, FramePushed
 
 from agent.clock import CallClock
-from agent.frames import LLMUsageFrame, PhraseFrame, TimelineEventFrame
+from agent.frames import LLMUsageFrame, PhraseFrame, StageErrorFrame, TimelineEventFrame
 from agent.timing.budget import Budget
 from agent.timing.timeline import EVENTS, stages_and_gaps
 
@@ -33,6 +33,7 @@ WATCHED = (
     PhraseFrame,
     TTSAudioRawFrame,
     LLMUsageFrame,
+    StageErrorFrame,
 )
 LAST_WINS = {"bot_audio_end"}
 
@@ -158,3 +159,7 @@ class TurnTimer(BaseObserver):
                 }
                 if frame.error:
                     turn.errors.append(frame.error)
+        elif isinstance(frame, StageErrorFrame):
+            user_side = frame.stage == "stt"
+            turn = (None if user_side else self._bot_turn()) or self._user_turn()
+            turn.errors.append(f"{frame.stage}: {frame.error}")

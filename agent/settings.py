@@ -92,6 +92,11 @@ class LLMSettings(BaseModel):
         "smollm2-135m", description="default model name or GGUF path; for openai, the model id"
     )
     base_url: str | None = Field(None, description="OpenAI-compatible URL (engine=openai)")
+    fallback_url: str | None = Field(
+        None,
+        description="a second OpenAI-compatible URL: answers go there when the engine fails",
+    )
+    fallback_model: str | None = Field(None, description="model id at fallback_url (default: same)")
     api_key: str = "not-needed"
     threads: int = Field(2, ge=1)
     context_size: int = Field(2048, ge=256)
@@ -102,6 +107,9 @@ class LLMSettings(BaseModel):
     timeout_secs: float = Field(8.0, gt=0)
     keepalive_secs: float = Field(
         20.0, ge=0, description="ping the engine when idle so its pages stay warm; 0 disables"
+    )
+    speculate: bool = Field(
+        True, description="start the answer on the pause transcript, before the turn ends"
     )
     vllm_python: Path = Field(
         PROJECT_ROOT / ".venv-vllm" / "bin" / "python",

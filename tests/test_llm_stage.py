@@ -9,14 +9,17 @@ from pipecat.frames.frames import (
     InterruptionFrame,
     LLMContextFrame,
     LLMFullResponseEndFrame,
+    LLMFullResponseStartFrame,
     LLMTextFrame,
+    TextFrame,
+    VADUserStartedSpeakingFrame,
 )
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import SleepFrame, run_test
 
 from agent import model_store
 from agent.clock import CallClock
-from agent.frames import LLMUsageFrame, TimelineEventFrame
+from agent.frames import LLMUsageFrame, SpeculativeTurnFrame, TimelineEventFrame
 from agent.llm.engines import InProcessLlama, OpenAIChatEngine
 from agent.llm.prompt import prompt_messages
 from agent.llm.service import FALLBACK, StreamingLLM
@@ -97,3 +100,58 @@ def test_history_is_trimmed_in_whole_pairs_and_steps():
     # The oldest kept message changes only every other turn once trimming starts.
     changes = sum(1 for a, b in zip(prefixes[5:], prefixes[6:], strict=False) if a != b)
     assert changes <= 3
+
+
+def event_at(frames: list, name: str) -> list[float]:
+    return [f.at_ms for f in frames if isinstance(f, TimelineEventFrame) and f.event == name]
+
+
+async def test_speculative_answer_is_held_until_the_turn_confirms_it(inprocess, settings):
+    llm = StreamingLLM(
+        inprocess, settings.llm.model_copy(update={"keepalive_secs": 0}), CallClock()
+    )
+    ask = context("What is the capital of France?")
+    down, _ = await run_test(
+        llm,
+        frames_to_send=[
+            SpeculativeTurnFrame(messages=list(ask.messages)),
+            SleepFrame(sleep=2.0),  # the turn detector is still deciding
+            TextFrame(text="turn confirmed"),
+            LLMContextFrame(context=ask),
+            SleepFrame(sleep=2.0),
+        ],
+    )
+    marker = next(i for i, f in enumerate(down) if isinstance(f, TextFrame) and not
+                  isinstance(f, LLMTextFrame))  # fmt: skip
+    first_text = next(i for i, f in enumerate(down) if isinstance(f, LLMTextFrame))
+    assert marker < first_text  # nothing was spoken before the turn ended
+    usage = [f for f in down if isinstance(f, LLMUsageFrame)]
+    assert len(usage) == 1 and usage[0].speculative and usage[0].speculation_misses == 0
+    # The first token's time is when it arrived (during the wait), not when it was released.
+    (request,), (first_token,) = event_at(down, "llm_request"), event_at(down, "llm_first_token")
+    assert first_token - request < 1500
+
+
+async def test_a_changed_or_resumed_turn_drops_the_speculative_answer(inprocess, settings):
+    llm = StreamingLLM(
+        inprocess,
+        settings.llm.model_copy(update={"keepalive_secs": 0, "max_tokens": 12}),
+        CallClock(),
+    )
+    paris, spain = context("What is the capital of France?"), context("Tell me about Spain.")
+    down, _ = await run_test(
+        llm,
+        frames_to_send=[
+            SpeculativeTurnFrame(messages=list(paris.messages)),
+            SleepFrame(sleep=0.5),
+            VADUserStartedSpeakingFrame(),  # the caller went on talking
+            SpeculativeTurnFrame(messages=list(paris.messages)),
+            SleepFrame(sleep=1.0),
+            LLMContextFrame(context=spain),  # the final transcript differs
+            SleepFrame(sleep=5.0),
+        ],
+    )
+    assert sum(isinstance(f, LLMFullResponseStartFrame) for f in down) == 1
+    (usage,) = [f for f in down if isinstance(f, LLMUsageFrame)]
+    assert not usage.speculative and usage.speculation_misses == 2
+    assert len(event_at(down, "llm_request")) == 1

@@ -1,7 +1,8 @@
 """The conversation context: user turns in from recognition, spoken bot text back from output.
 
 ``UserTurnAggregator`` (after recognition) adds each final transcript as a user message and
-asks the LLM for an answer; an empty transcript asks for nothing and says so upstream.
+asks the LLM for an answer (at a pause, for a speculative one); an empty transcript asks
+for nothing and says so upstream.
 ``SpokenTextAggregator`` (after the output transport) adds what the bot actually said:
 only phrases whose audio was written reach it, so after a barge-in the context holds the
 spoken part, not what the model wrote.
@@ -21,11 +22,15 @@ from pipecat.frames.frames import (
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
-from agent.frames import NoReplyFrame
+from agent.frames import NoReplyFrame, SpeculativeTranscriptFrame, SpeculativeTurnFrame
 
 
 class UserTurnAggregator(FrameProcessor):
-    """Final transcript -> user message in the context -> LLMContextFrame."""
+    """Final transcript -> user message in the context -> LLMContextFrame.
+
+    A pause transcript becomes a ``SpeculativeTurnFrame``: the messages the turn will have
+    if that transcript is final, without touching the context.
+    """
 
     def __init__(self, context: LLMContext) -> None:
         super().__init__()
@@ -33,6 +38,12 @@ class UserTurnAggregator(FrameProcessor):
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
+        if isinstance(frame, SpeculativeTranscriptFrame):
+            text = frame.text.strip()
+            if any(ch.isalnum() for ch in text):
+                messages = [*self._context.get_messages(), {"role": "user", "content": text}]
+                await self.push_frame(SpeculativeTurnFrame(messages=messages))
+            return
         if not isinstance(frame, TranscriptionFrame):
             await self.push_frame(frame, direction)
             return

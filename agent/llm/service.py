@@ -6,6 +6,11 @@ engine decoding (closed HTTP stream, or abandoned in-process generator). An engi
 or timeout speaks a short fallback sentence and records the error in the turn; the call
 goes on. At call start the static system prompt is prefilled (pre-warm), and an idle
 engine is touched every ``keepalive_secs`` so its pages stay resident.
+
+Speculation: a ``SpeculativeTurnFrame`` (the pause transcript, before the turn ends) starts
+the answer at once, its frames held back. When the turn's real context matches, they are
+released (a hit: the LLM's time to first token overlapped endpointing); when it differs or
+the caller speaks again, the answer is dropped (a miss, counted in the next turn's record).
 """
 
 from __future__ import annotations
@@ -25,11 +30,17 @@ from pipecat.frames.frames import (
     LLMFullResponseStartFrame,
     LLMTextFrame,
     StartFrame,
+    VADUserStartedSpeakingFrame,
 )
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from agent.clock import CallClock
-from agent.frames import LLMUsageFrame, StopAnswerFrame, TimelineEventFrame
+from agent.frames import (
+    LLMUsageFrame,
+    SpeculativeTurnFrame,
+    StopAnswerFrame,
+    TimelineEventFrame,
+)
 from agent.llm.engines import ChatEngine, Usage
 from agent.llm.prompt import prompt_messages
 from agent.settings import LLMSettings
@@ -49,20 +60,39 @@ class StreamingLLM(FrameProcessor):
         self._task: asyncio.Task | None = None
         self._keepalive: asyncio.Task | None = None
         self._last_request = time.monotonic()
+        self._speculated: list[dict] | None = None  # the messages a speculative answer is for
+        self._held: list[Frame] | None = None  # its frames, until the turn confirms it
+        self._misses = 0
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
         if isinstance(frame, StartFrame):
             self._keepalive = self.create_task(self._keep_warm())
-        if isinstance(frame, LLMContextFrame):
-            await self._cancel()
-            self._task = self.create_task(self._answer(list(frame.context.get_messages())))
+        if isinstance(frame, SpeculativeTurnFrame):
+            if self._settings.speculate:
+                await self._drop_speculation()
+                await self._cancel()
+                self._speculated, self._held = frame.messages, []
+                self._task = self.create_task(self._answer(frame.messages, speculative=True))
             return
+        if isinstance(frame, LLMContextFrame):
+            messages = list(frame.context.get_messages())
+            if self._speculated is not None and messages == self._speculated:
+                self._speculated = None
+                await self._release_held()
+                return
+            await self._drop_speculation()
+            await self._cancel()
+            self._task = self.create_task(self._answer(messages))
+            return
+        if isinstance(frame, VADUserStartedSpeakingFrame):
+            await self._drop_speculation()  # the caller spoke again: the pause was not the end
         if isinstance(frame, StopAnswerFrame):
             if await self._cancel():  # the guard blocked it: close the answer cleanly
                 await self.push_frame(LLMFullResponseEndFrame())
             return
         if isinstance(frame, InterruptionFrame | EndFrame | CancelFrame):
+            await self._drop_speculation()
             await self._cancel()
         if isinstance(frame, EndFrame | CancelFrame) and self._keepalive is not None:
             await self.cancel_task(self._keepalive)
@@ -76,6 +106,30 @@ class StreamingLLM(FrameProcessor):
         await self.cancel_task(self._task)
         self._task = None
         return True
+
+    async def _drop_speculation(self) -> None:
+        if self._speculated is None:
+            return
+        await self._cancel()  # first: a running answer must not see the gate open
+        self._speculated, self._held = None, None
+        self._misses += 1
+
+    async def _release_held(self) -> None:
+        """Push a confirmed speculative answer's frames, in order; later ones flow directly."""
+        while self._held:
+            await self._push_answer_frame(self._held.pop(0))
+        self._held = None
+
+    async def _emit(self, frame: Frame) -> None:
+        if self._held is not None:
+            self._held.append(frame)
+        else:
+            await self._push_answer_frame(frame)
+
+    async def _push_answer_frame(self, frame: Frame) -> None:
+        if isinstance(frame, LLMUsageFrame):  # the misses since the last answer that went out
+            frame.speculation_misses, self._misses = self._misses, 0
+        await self.push_frame(frame)
 
     async def _complete_quietly(self, messages: list[dict] | None = None) -> None:
         """A one-token request: prefills (or keeps warm) the KV cache of its prompt's prefix.
@@ -101,20 +155,20 @@ class StreamingLLM(FrameProcessor):
             if idle >= self._settings.keepalive_secs and self._task is None:
                 await self._complete_quietly()
 
-    async def _answer(self, history: list[dict]) -> None:
+    async def _answer(self, history: list[dict], speculative: bool = False) -> None:
         try:
-            answer = await self._stream_answer(history)
+            answer = await self._stream_answer(history, speculative)
             if answer is not None:
                 await self._prefill_after_trim(history, answer)
         finally:
             self._task = None
 
-    async def _stream_answer(self, history: list[dict]) -> str | None:
+    async def _stream_answer(self, history: list[dict], speculative: bool) -> str | None:
         """Stream one answer downstream; returns its text, or None when the engine failed."""
         s = self._settings
         messages = prompt_messages(s.system_prompt, history, s.history_turns)
-        await self.push_frame(LLMFullResponseStartFrame())
-        await self.push_frame(TimelineEventFrame(event="llm_request", at_ms=self._clock.now_ms()))
+        await self._emit(LLMFullResponseStartFrame())
+        await self._emit(TimelineEventFrame(event="llm_request", at_ms=self._clock.now_ms()))
         self._last_request = time.monotonic()
         arrivals: list[float] = []
         parts: list[str] = []
@@ -127,25 +181,29 @@ class StreamingLLM(FrameProcessor):
                     if isinstance(item, Usage):
                         usage = item
                         continue
+                    if not arrivals:  # when it arrived, not when a held answer is released
+                        at_ms = self._clock.now_ms()
+                        await self._emit(TimelineEventFrame(event="llm_first_token", at_ms=at_ms))
                     arrivals.append(time.monotonic())
                     parts.append(item)
-                    await self.push_frame(LLMTextFrame(text=item))
+                    await self._emit(LLMTextFrame(text=item))
         except ENGINE_ERRORS as exc:
             error = f"llm ({self._engine.name}): {type(exc).__name__}: {str(exc)[:200]}"
-            await self.push_frame(LLMTextFrame(text=FALLBACK))
+            await self._emit(LLMTextFrame(text=FALLBACK))
         finally:
             self._last_request = time.monotonic()
         gaps = [1000 * (b - a) for a, b in zip(arrivals, arrivals[1:], strict=False)]
-        await self.push_frame(
+        await self._emit(
             LLMUsageFrame(
                 prompt_tokens=usage.prompt_tokens,
                 cached_tokens=usage.cached_tokens,
                 completion_tokens=usage.completion_tokens or len(arrivals),
                 itl_ms=round(statistics.median(gaps), 1) if gaps else None,
                 error=error,
+                speculative=speculative,
             )
         )
-        await self.push_frame(LLMFullResponseEndFrame())
+        await self._emit(LLMFullResponseEndFrame())
         return None if error else "".join(parts)
 
     async def _prefill_after_trim(self, history: list[dict], answer: str) -> None:

@@ -31,7 +31,12 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from agent.audio import RecentAudio
 from agent.clock import CallClock
-from agent.frames import PauseTranscriptFrame, SpeechPausedFrame, TimelineEventFrame
+from agent.frames import (
+    PauseTranscriptFrame,
+    SpeculativeTranscriptFrame,
+    SpeechPausedFrame,
+    TimelineEventFrame,
+)
 from agent.recognition.whisper_decoder import RATE, Pass, WhisperDecoder
 from agent.settings import ASRSettings
 
@@ -151,6 +156,7 @@ class StreamingWhisperSTT(FrameProcessor):
         if spec is self._speculation:
             text = " ".join(x for x in (self._committed, result.text) if x)
             await self.push_frame(PauseTranscriptFrame(text=text), FrameDirection.UPSTREAM)
+            await self.push_frame(SpeculativeTranscriptFrame(text=text))
 
     def _maybe_commit(self, result: Pass) -> None:
         """Keep long turns inside the Whisper window: commit all but the last segment."""

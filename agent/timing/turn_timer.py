@@ -156,6 +156,8 @@ class TurnTimer(BaseObserver):
                     "cached_tokens": frame.cached_tokens,
                     "completion_tokens": frame.completion_tokens,
                     "itl_ms": frame.itl_ms,
+                    "speculative": frame.speculative,
+                    "speculation_misses": frame.speculation_misses,
                 }
                 if frame.error:
                     turn.errors.append(frame.error)

@@ -6,9 +6,15 @@ configurations turn by turn so drift hits all of them alike) against:
   - llama-server (llama.cpp's OpenAI server on loopback, through the OpenAI client),
 each with and without pre-warming the static system prompt, then a concurrency sweep
 (1, 2, 4 simultaneous conversations against one llama.cpp server): per-call TTFT and total
-tokens/s. Prints a table and writes JSON.
+tokens/s. Then barge-in: a long answer is stopped by the client after a few tokens, and
+the time from that decision until the engine stops decoding is measured per engine.
 
-    .venv/bin/python scripts/bench_llm.py [--turns 10] [--out runs/bench_llm.json]
+With VOICE_AGENT_TEST_VLLM=1, vLLM (the CPU build from .venv-vllm, scripts/setup_vllm.sh)
+gets the same conversation and barge-ins, on its own after the llama.cpp arms (so its
+worker does not share the two cores with them); its barge-in stop is read off its
+/metrics counter of generated tokens. Prints tables and writes JSON.
+
+    .venv/bin/python scripts/bench_llm.py [--turns 10] [--barge-ins 5] [--out runs/bench_llm.json]
 """
 
 from __future__ import annotations
@@ -16,16 +22,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import re
 import statistics
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+
+import httpx
 
 from agent import model_store
 from agent.llm.engines import ChatEngine, InProcessLlama, OpenAIChatEngine, Usage
 from agent.llm.llama_server import LlamaServer
 from agent.llm.prompt import prompt_messages
+from agent.llm.vllm_server import VllmServer
 from agent.settings import Settings
 from agent.timing.budget import rounded_percentile
+from agent.timing.summary import stage_stats
 
 USER_TURNS = [
     "Hi there, who am I speaking with?",
@@ -124,9 +137,133 @@ async def concurrency(server: LlamaServer, gguf: Path, settings: Settings, n: in
     }
 
 
+BARGE_IN_ASK = "Tell me a very long story about a dragon and a knight, in detail."
+BARGE_IN_AFTER_TOKENS = 8
+BARGE_IN_MAX_TOKENS = 400
+GENERATED = re.compile(r"^vllm:generation_tokens_total\{[^}]*\} ([0-9.e+]+)$", re.M)
+
+
+def vllm_generated(server: VllmServer) -> float:
+    """vLLM's own count of tokens it has decoded (all requests)."""
+    text = httpx.get(server.metrics_url, timeout=5).text
+    return sum(float(v) for v in GENERATED.findall(text))
+
+
+async def vllm_stopped(server: VllmServer, quiet_s: float = 1.0) -> float:
+    """When vLLM's generated-token counter last moved (perf_counter), once it has been
+    still for ``quiet_s``: the moment decoding stopped, to the 20 ms polling step."""
+    last, moved = vllm_generated(server), time.perf_counter()
+    while time.perf_counter() - moved < quiet_s:
+        await asyncio.sleep(0.02)
+        now = vllm_generated(server)
+        if now != last:
+            last, moved = now, time.perf_counter()
+    return moved
+
+
+async def barge_in(
+    engine: ChatEngine, settings: Settings, engine_stopped: Callable[[], Awaitable[float]]
+) -> dict:
+    """A long answer, stopped by the client after a few tokens the way the pipeline stops
+    it on a barge-in (the stream is closed). ``last_token_ms``: the decision to the moment
+    the client is done with the stream (closed; no token can reach it after that);
+    ``engine_stop_ms``: the decision to the engine no longer decoding, as
+    ``engine_stopped`` observes it: what a barge-in leaves burning on the machine."""
+    s = settings.llm
+    messages = prompt_messages(s.system_prompt, [{"role": "user", "content": BARGE_IN_ASK}], 4)
+    stream = engine.stream(messages, max_tokens=BARGE_IN_MAX_TOKENS, temperature=0.7)
+    received = 0
+    last_token = decided = None
+    async for item in stream:
+        if isinstance(item, str) and item:
+            received += 1
+            last_token = time.perf_counter()
+            if received >= BARGE_IN_AFTER_TOKENS:
+                decided = time.perf_counter()
+                break
+    await stream.aclose()  # type: ignore[attr-defined]
+    closed = time.perf_counter()
+    if decided is None:  # the answer ended before the barge-in: nothing to stop
+        return {"received": received, "last_token_ms": None, "engine_stop_ms": None}
+    stopped = await engine_stopped()
+    return {
+        "received": received,
+        "last_token_ms": round((max(last_token or decided, closed) - decided) * 1000, 1),
+        "engine_stop_ms": round((max(stopped, decided) - decided) * 1000, 1),
+    }
+
+
+async def barge_ins(
+    engine: ChatEngine, settings: Settings, n: int, stopped: Callable[[], Awaitable[float]]
+) -> dict:
+    rows = [await barge_in(engine, settings, stopped) for _ in range(n)]
+    done = [r for r in rows if r["engine_stop_ms"] is not None]
+    return {
+        "tries": n,
+        "last_token_ms": stage_stats([r["last_token_ms"] for r in done]),
+        "engine_stop_ms": stage_stats([r["engine_stop_ms"] for r in done]),
+        "rows": rows,
+    }
+
+
+def inprocess_stopped(engine: InProcessLlama) -> Callable[[], Awaitable[float]]:
+    """Its one worker thread is free again: the decoding loop has returned."""
+
+    async def stopped() -> float:
+        await asyncio.get_running_loop().run_in_executor(engine._executor, lambda: None)
+        return time.perf_counter()
+
+    return stopped
+
+
+def server_stopped(base_url: str, model: str, settings: Settings) -> Callable[[], Awaitable[float]]:
+    """llama.cpp's server exposes no counter, and serves one request at a time: a 1-token
+    probe completes only once it stopped decoding (an upper bound: it includes the probe)."""
+    probe = OpenAIChatEngine(base_url, model, settings.llm)
+    ask = [{"role": "user", "content": "Hi"}]
+
+    async def stopped() -> float:
+        await one_turn(probe, ask, 1)
+        return time.perf_counter()
+
+    return stopped
+
+
+async def vllm_arm(settings: Settings, turns: int, n_barge_ins: int) -> dict:
+    """vLLM's CPU build, alone: the same conversation, then the barge-ins."""
+    with VllmServer(settings.llm, settings.models_dir) as server:
+        s = settings.llm.model_copy(update={"timeout_secs": 60.0})
+        engine: ChatEngine = OpenAIChatEngine(server.base_url, server.served_name, s)
+        name = "vllm (pre-warm)"
+        rows = (await conversation({name: engine}, settings, turns, prewarm={name}))[name]
+
+        async def stopped() -> float:
+            return await vllm_stopped(server)
+
+        return {
+            "name": name,
+            "summary": summary(rows),
+            "turns": rows,
+            "barge_in": await barge_ins(engine, settings, n_barge_ins, stopped),
+        }
+
+
+def print_barge_ins(rows: dict[str, dict]) -> None:
+    print(
+        f"{'barge-in (ms from the decision)':<30} {'last token p50/p95':>19} {'stop p50/p95':>15}"
+    )
+    for name, row in rows.items():
+        last, stop = row["last_token_ms"], row["engine_stop_ms"]
+        print(
+            f"{name:<30} {last['p50']!s:>9}/{last['p95']!s:<9} "
+            f"{stop['p50']!s:>7}/{stop['p95']!s:<7} ({stop['n']} of {row['tries']})"
+        )
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=10)
+    parser.add_argument("--barge-ins", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path("runs/bench_llm.json"))
     args = parser.parse_args()
     settings = Settings()
@@ -148,6 +285,20 @@ async def main() -> None:
         report["engines"] = {name: summary(rows) for name, rows in results.items()}
         report["turns"] = results
         report["concurrency"] = [await concurrency(server, gguf, settings, n) for n in (1, 2, 4)]
+        report["barge_in"] = {
+            "llama-inprocess": await barge_ins(
+                inproc, settings, args.barge_ins, inprocess_stopped(inproc)
+            ),
+            "llama-server": await barge_ins(
+                engines["llama-server (pre-warm)"], settings, args.barge_ins,
+                server_stopped(server.base_url, gguf.stem, settings),
+            ),
+        }  # fmt: skip
+    if os.environ.get("VOICE_AGENT_TEST_VLLM") == "1":
+        vllm = await vllm_arm(settings, args.turns, args.barge_ins)
+        report["engines"][vllm["name"]] = vllm["summary"]
+        results[vllm["name"]] = report["turns"][vllm["name"]] = vllm["turns"]
+        report["barge_in"]["vllm"] = vllm["barge_in"]
     print(f"{'engine':<30} {'turn1':>7} {'p50':>7} {'p95':>7} {'cached':>7}")
     for name, row in report["engines"].items():
         print(
@@ -164,6 +315,7 @@ async def main() -> None:
             f"{row['calls']:>5} {row['ttft_p50_ms']:>9} {row['ttft_p95_ms']:>9} "
             f"{row['tokens_per_s']:>7}"
         )
+    print_barge_ins(report["barge_in"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))
     print(f"saved {args.out} ({statistics.mean(len(r) for r in results.values()):.0f} turns each)")

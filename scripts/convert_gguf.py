@@ -26,7 +26,7 @@ def convert(gguf: Path, out: Path) -> None:
     if not tokenizer.chat_template:
         raise SystemExit(f"error: {gguf.name} carries no chat template")
     model = AutoModelForCausalLM.from_pretrained(
-        gguf.parent, gguf_file=gguf.name, torch_dtype=torch.float32
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
     )
     # Loaded from GGUF, the model still says it is GGUF-quantised; the saved tensors are not.
     model.hf_quantizer = None

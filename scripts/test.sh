@@ -3,6 +3,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The real-vLLM tests (marker `vllm`) are skipped unless asked for: vLLM's CPU build is 3.5 GB.
+if [ "${VOICE_AGENT_TEST_VLLM:-}" = 1 ]; then
+  bash scripts/setup_vllm.sh
+fi
 .venv/bin/ruff check agent tests scripts
 set +e
 .venv/bin/python -m pytest "$@"

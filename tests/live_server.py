@@ -1,17 +1,28 @@
-"""A real `voice-agent serve` process on a free loopback port, for the live-call tests."""
+"""A real `voice-agent serve` on a free loopback port, for the live-call tests.
+
+``serving`` runs the command as a process, as a user would; ``serving_in_process`` runs its
+``CallServer`` on a thread of the test process, so a test can look at its state.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
+
+from agent.live.call import Runtime
+from agent.live.server import CallServer, serve_calls
+
+T = TypeVar("T")
 
 STARTUP_SECS = 300  # model loading on a busy 2-core machine
 
@@ -80,3 +91,69 @@ def serving(calls_dir: Path, *flags: str, env: dict[str, str] | None = None) -> 
             process.kill()
             code = process.wait()
     assert code == 0, "the server did not shut down cleanly:\n" + "\n".join(server.stderr[-20:])
+
+
+@dataclass
+class InProcessServer:
+    """A ``CallServer`` serving on its own event loop in a thread of the test process.
+
+    The tests can look inside it: its calls in progress, its connection count, the tasks
+    on its loop.
+    """
+
+    server: CallServer
+    port: int
+    loop: asyncio.AbstractEventLoop
+    lines: list[str] = field(default_factory=list)
+
+    def url(self, path: str) -> str:
+        return f"ws://127.0.0.1:{self.port}{path}"
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 30) -> T:
+        """Run a coroutine on the server's loop and return its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def task_count(self) -> int:
+        async def count() -> int:
+            return len(asyncio.all_tasks())
+
+        return self.run(count())
+
+    def connections(self) -> int:
+        return self.server._connections
+
+    def calls(self, kind: str) -> list[Path]:
+        return sorted(self.server.calls_dir.glob(f"*-{kind}-*"))
+
+
+@contextmanager
+def serving_in_process(
+    runtime: Runtime, calls_dir: Path, **options: Any
+) -> Iterator[InProcessServer]:
+    """Serve ``runtime`` on a free loopback port until the block ends (every call hung up)."""
+    loop = asyncio.new_event_loop()
+    lines: list[str] = []
+    server = CallServer(runtime, calls_dir, say=lines.append, **options)
+    bound: list[int] = []
+    ready = threading.Event()
+    stop: list[asyncio.Event] = []
+
+    async def main() -> None:
+        stop.append(asyncio.Event())
+
+        def on_ready(port: int) -> None:
+            bound.append(port)
+            ready.set()
+
+        await serve_calls(server, "127.0.0.1", 0, stop=stop[0], on_ready=on_ready)
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
+    thread.start()
+    if not ready.wait(60):
+        raise RuntimeError("the in-process server did not start")
+    try:
+        yield InProcessServer(server, bound[0], loop, lines)
+    finally:
+        loop.call_soon_threadsafe(stop[0].set)
+        thread.join(60)
+        loop.close()

@@ -73,8 +73,32 @@ class LlamaServer:
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def healthy(self, timeout: float = 2.0) -> bool:
+        """Running and answering HTTP: a killed or wedged server is neither."""
+        if not self.alive():
+            return False
+        try:
+            return httpx.get(f"{self.base_url}/models", timeout=timeout).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def restart(self) -> LlamaServer:
+        """Replace a dead or wedged server with a fresh one on the same port (same base_url).
+
+        Blocking, for seconds: call it off the event loop.
+        """
+        self.stop()
+        return self.start()
+
     def stop(self) -> None:
         if self._proc is None:
+            return
+        if self._proc.poll() is not None:  # already gone (killed): just reap it
+            self._proc = None
             return
         self._proc.terminate()
         try:

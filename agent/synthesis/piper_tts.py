@@ -5,6 +5,11 @@ phrase's audio is resampled to the pipeline rate (soxr) and pushed as soon as it
 followed by its ``TTSTextFrame``; the output transport releases that text only once the
 audio before it has been written, so the assistant context holds what was actually spoken.
 A barge-in drops the queued phrases.
+
+A phrase the voice fails on is skipped (a ``StageErrorFrame`` records it in the turn) and
+the phrases after it are still spoken; an answer left with no audio at all ends with a
+``NoReplyFrame``, so the call moves on to the caller's next turn instead of waiting for
+audio that will never come.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from pipecat.frames.frames import (
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from piper import PiperVoice, SynthesisConfig
 
-from agent.frames import PhraseFrame
+from agent.frames import NoReplyFrame, PhraseFrame, StageErrorFrame
 
 
 class PiperVoiceModel:
@@ -61,6 +66,7 @@ class PiperTTS(FrameProcessor):
         self._queue: asyncio.Queue[Frame] = asyncio.Queue()
         self._worker: asyncio.Task | None = None
         self._speaking = False
+        self._answer_failed = False  # a phrase of the current answer could not be spoken
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
@@ -79,6 +85,7 @@ class PiperTTS(FrameProcessor):
             self._worker = None
         self._queue = asyncio.Queue()
         self._speaking = False
+        self._answer_failed = False
 
     async def _work(self) -> None:
         loop = asyncio.get_running_loop()
@@ -88,12 +95,23 @@ class PiperTTS(FrameProcessor):
                 if self._speaking:
                     await self.push_frame(TTSStoppedFrame())
                     self._speaking = False
+                elif self._answer_failed:  # nothing of this answer will be heard
+                    await self.push_frame(NoReplyFrame(), FrameDirection.UPSTREAM)
+                self._answer_failed = False
                 await self.push_frame(frame)
                 continue
             assert isinstance(frame, PhraseFrame)
-            audio = await loop.run_in_executor(
-                self._executor, self._voice.synthesize, frame.text, self._rate
-            )
+            try:
+                audio = await loop.run_in_executor(
+                    self._executor, self._voice.synthesize, frame.text, self._rate
+                )
+            except Exception as exc:  # noqa: BLE001 - one bad phrase must not end the call
+                self._answer_failed = True
+                detail = " ".join(str(exc).split())[:160]
+                await self.push_frame(
+                    StageErrorFrame(stage="tts", error=f"{type(exc).__name__}: {detail}")
+                )
+                continue
             if not self._speaking:
                 await self.push_frame(TTSStartedFrame())
                 self._speaking = True

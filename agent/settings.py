@@ -97,11 +97,6 @@ class LLMSettings(BaseModel):
         description="a second OpenAI-compatible URL: answers go there when the engine fails",
     )
     fallback_model: str | None = Field(None, description="model id at fallback_url (default: same)")
-    fallback_url: str | None = Field(
-        None,
-        description="a second OpenAI-compatible URL: answers go there when the engine fails",
-    )
-    fallback_model: str | None = Field(None, description="model id at fallback_url (default: same)")
     api_key: str = "not-needed"
     threads: int = Field(2, ge=1)
     context_size: int = Field(2048, ge=256)

@@ -6,13 +6,20 @@ import asyncio
 
 import numpy as np
 import pytest
+from pipecat.frames.frames import TranscriptionFrame
+from pipecat.pipeline.pipeline import Pipeline
+from pipecat.processors.frame_processor import FrameProcessor
 
 from agent import model_store
 from agent.audio import load_audio, speech_bounds
-from agent.recognition.streaming_stt import agreed_prefix
-from agent.recognition.transcribe import transcribe_stream
+from agent.clock import CallClock, CallRecorder
+from agent.pipeline import run_pipeline
+from agent.recognition.streaming_stt import StreamingWhisperSTT
+from agent.recognition.transcribe import TranscriptCollector, transcribe_stream
+from agent.recognition.turn_detector import TurnDetector
+from agent.recognition.utterance import agreed_prefix, drop_overlap
 from agent.recognition.whisper_decoder import RATE, WhisperDecoder, hallucination_cut
-from agent.transports.replay import ReplayTurn
+from agent.transports.replay import ReplayInput, ReplayTurn
 from tests.conftest import SAMPLES, normalise, wer
 
 
@@ -56,11 +63,6 @@ def test_silence_and_noise_give_no_transcript(decoder, settings):
         assert not [e for e in events if e.kind == "final" and e.text.strip()], (name, events)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known defect: past 20 s the recogniser commits segments at Whisper's timestamps "
-    "and loses a word or two at a commit boundary and at the very end (issue 3)",
-)
 def test_a_turn_longer_than_30_s_loses_and_repeats_no_words(decoder, settings, manifest):
     clips = ["ldc93s1.wav", "new_home_in_the_stars.wav"]
     gap = np.zeros(RATE * 80 // 1000, dtype=np.int16)
@@ -71,12 +73,77 @@ def test_a_turn_longer_than_30_s_loses_and_repeats_no_words(decoder, settings, m
             reference.append(manifest[clip]["text"])
     audio = np.concatenate(pieces)
     assert len(audio) / RATE > 30
-    events = stream(decoder, settings, "long", audio)
-    text = " ".join(e.text for e in events if e.kind == "final")
-    said = normalise(text)
-    assert said.count("new home in the") == 7, text
-    assert said.count("all year") == 7, text
-    assert wer(" ".join(reference), text) <= 0.25, text
+    # Recognition under test, not end of turn: Smart Turn may call a finished sentence the
+    # end of the turn at a VAD dip between them; with it off the turn ends after 1.5 s.
+    one_turn = settings.model_copy(
+        update={"turn": settings.turn.model_copy(update={"smart_turn": False})}
+    )
+    events = stream(decoder, one_turn, "long", audio)
+    finals = [e for e in events if e.kind == "final"]
+    assert len(finals) == 1, [e.text for e in finals]
+    said = normalise(finals[0].text)
+    # Each of the 14 sentences once, from its first words to its last (tiny.en mishears
+    # "your dark suit in greasy wash water" in places: that is recognition, not lost words).
+    assert said.count("she had") == 7, finals[0].text
+    assert said.count("we must find a new home in the stars") == 7, finals[0].text
+    assert said.endswith("stars"), finals[0].text
+    # tiny.en alone gets about a quarter of these words wrong ("Jadakzu and Greecey wash")
+    assert wer(" ".join(reference), finals[0].text) <= 0.35, finals[0].text
+
+
+class FaultInjectionDecoder(WhisperDecoder):
+    """Fault injection: every pass raises while ``failing``, as a broken CTranslate2 would."""
+
+    def __init__(self, real: WhisperDecoder) -> None:
+        self.__dict__.update(real.__dict__)
+        self.failing = True
+
+    def transcribe(self, audio, words=False):  # type: ignore[override]
+        if self.failing:
+            raise RuntimeError("fault injection: CTranslate2 out of memory\nsecond line")
+        return super().transcribe(audio, words)
+
+
+class HealAfterFirstFinal(FrameProcessor):
+    """Fault injection: the decoder recovers once the first turn's final transcript is out."""
+
+    def __init__(self, decoder: FaultInjectionDecoder) -> None:
+        super().__init__()
+        self._decoder = decoder
+
+    async def process_frame(self, frame, direction) -> None:
+        await super().process_frame(frame, direction)
+        if isinstance(frame, TranscriptionFrame):
+            self._decoder.failing = False
+        await self.push_frame(frame, direction)
+
+
+def test_a_failing_decoder_reports_a_stage_error_and_the_next_turn_is_recognised(
+    decoder, settings, manifest
+):
+    faulty = FaultInjectionDecoder(decoder)
+    turns = [
+        ReplayTurn("ldc93s1", load_audio(SAMPLES / "ldc93s1.wav", RATE)),
+        ReplayTurn("new_home", load_audio(SAMPLES / "new_home_in_the_stars.wav", RATE)),
+    ]
+    clock, events = CallClock(), []
+    pipeline = Pipeline(
+        [
+            ReplayInput(turns, clock, CallRecorder(RATE), rate=RATE, answer_timeout_secs=5),
+            TurnDetector(settings.turn, clock, rate=RATE),
+            StreamingWhisperSTT(faulty, settings.asr, clock, rate=RATE),
+            HealAfterFirstFinal(faulty),
+            TranscriptCollector("call", clock, events),
+        ]
+    )
+    asyncio.run(run_pipeline(pipeline, rate=RATE))
+    errors = [e for e in events if e.kind == "error"]
+    finals = [e for e in events if e.kind == "final"]
+    assert len(errors) == 1, errors  # once per turn, not once per pass
+    assert errors[0].text == "RuntimeError: fault injection: CTranslate2 out of memory"
+    assert len(finals) == 2, [e.text for e in finals]
+    assert finals[0].text == ""  # nothing was recognised: the turn ends without an answer
+    assert wer(manifest["new_home_in_the_stars.wav"]["text"], finals[1].text) <= 0.15
 
 
 def test_local_agreement_and_loop_cut():
@@ -88,3 +155,6 @@ def test_local_agreement_and_loop_cut():
     assert hallucination_cut(restart, secs=2.1) == 5  # 13 words in 2.1 s: a restart
     assert hallucination_cut(restart[:10], secs=4) is None  # said twice, slowly: kept
     assert hallucination_cut("we must find a new home in the stars".split(), secs=3) is None
+    committed = "we must find a new home".split()
+    assert drop_overlap(committed, "home in the stars".split()) == "in the stars".split()
+    assert drop_overlap(committed, "in the stars".split()) == "in the stars".split()

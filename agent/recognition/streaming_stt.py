@@ -1,13 +1,19 @@
 """Streaming speech recognition on faster-whisper / CTranslate2.
 
 While the caller speaks, a pass runs over the growing utterance every ``interim_interval_ms``
-of new speech, on one worker thread; a pass is skipped, never queued, while another runs.
-Each pass gives an ``InterimTranscriptionFrame`` whose confirmed prefix is the words two
-consecutive passes agree on (LocalAgreement-2). When the VAD hears silence the final pass
-starts at once (speculatively; its text also goes upstream to the turn detector); at
-``turn_end`` its result is emitted if no speech came after it, otherwise a fresh pass runs.
-Audio before the VAD start is kept (pre-roll) so no first word is lost. Turns longer than
-the 30 s Whisper window are committed segment by segment and their audio trimmed.
+of new speech, on one worker thread. At most one pass is in flight: a pass that falls due
+while another runs is not queued; the next one starts when the running one ends, on the
+newest audio, so the cadence is the interval or the pass time, whichever is longer, and a
+slow pass never builds a backlog. Each pass gives an ``InterimTranscriptionFrame`` whose
+confirmed prefix is the words two consecutive passes agree on (LocalAgreement-2). When the
+VAD hears silence the final pass starts at once (speculatively; its text also goes upstream
+to the turn detector); at ``turn_end`` its result is emitted if no speech came after it,
+otherwise a fresh pass runs. Audio before the VAD start is kept (pre-roll) so no first word
+is lost. Long turns are committed and trimmed by ``Utterance`` (see utterance.py).
+
+A decoder failure never ends the call: it is reported once per turn as a
+``StageErrorFrame(stage="stt")``, interims skip it, and a failed final pass finishes the turn
+with the last interim text (empty if there was none, so no answer is made).
 """
 
 from __future__ import annotations
@@ -16,7 +22,6 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
-import numpy as np
 from loguru import logger
 from pipecat.frames.frames import (
     Frame,
@@ -33,33 +38,29 @@ from agent.audio import RecentAudio
 from agent.clock import CallClock
 from agent.frames import (
     PauseTranscriptFrame,
-    SpeculativeTranscriptFrame,
     SpeechPausedFrame,
+    StageErrorFrame,
     TimelineEventFrame,
 )
+from agent.recognition.utterance import Snapshot, Utterance
 from agent.recognition.whisper_decoder import RATE, Pass, WhisperDecoder
 from agent.settings import ASRSettings
-
-COMMIT_AFTER_SECS = 20.0
 
 
 class _Speculation:
     """A final pass started at a pause; dropped as soon as speech resumes."""
 
-    def __init__(self, future: asyncio.Future, clock: CallClock) -> None:
+    def __init__(self, snap: Snapshot, future: asyncio.Future, clock: CallClock) -> None:
+        self.snap = snap
         self.future = future
         self.ready_ms: float | None = None
         future.add_done_callback(lambda _: setattr(self, "ready_ms", clock.now_ms()))
 
 
-def agreed_prefix(a: str, b: str) -> str:
-    """The words two hypotheses agree on from the start (LocalAgreement)."""
-    out = []
-    for x, y in zip(a.split(), b.split(), strict=False):
-        if x.strip(".,?!").lower() != y.strip(".,?!").lower():
-            break
-        out.append(y)
-    return " ".join(out)
+def error_line(exc: BaseException) -> str:
+    """One short line for the turn record: the exception's type and first line, clipped."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first}"[:160].rstrip(": ")
 
 
 class StreamingWhisperSTT(FrameProcessor):
@@ -76,12 +77,11 @@ class StreamingWhisperSTT(FrameProcessor):
         self._clock = clock
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="whisper")
         self._pre_roll = RecentAudio(RATE, settings.pre_roll_ms)
-        self._audio = bytearray()
-        self._committed = ""
-        self._in_turn = False
+        self._utt: Utterance | None = None
         self._since_pass = 0
         self._busy = False
-        self._last_hypothesis = ""
+        self._interim = ""
+        self._failed = False
         self._speculation: _Speculation | None = None
 
     # -- frames -----------------------------------------------------------------------------
@@ -92,100 +92,113 @@ class StreamingWhisperSTT(FrameProcessor):
         if direction != FrameDirection.DOWNSTREAM:
             return
         if isinstance(frame, InputAudioRawFrame):
-            await self._on_audio(frame.audio)
+            self._on_audio(frame.audio)
         elif isinstance(frame, UserStartedSpeakingFrame):
             self._start_turn()
         elif isinstance(frame, VADUserStartedSpeakingFrame):
             self._speculation = None
-        elif isinstance(frame, SpeechPausedFrame) and self._in_turn:
-            self._speculation = _Speculation(self._run_pass(), self._clock)
+        elif isinstance(frame, SpeechPausedFrame) and self._utt is not None:
+            snap = self._utt.snapshot()
+            self._speculation = _Speculation(snap, self._run_pass(snap), self._clock)
             self.create_task(self._report_pause_transcript(self._speculation))
-        elif isinstance(frame, UserStoppedSpeakingFrame) and self._in_turn:
+        elif isinstance(frame, UserStoppedSpeakingFrame) and self._utt is not None:
             await self._finish_turn()
 
     def _start_turn(self) -> None:
-        self._in_turn = True
-        self._audio = self._pre_roll.snapshot()
-        self._committed = ""
+        self._utt = Utterance(bytes(self._pre_roll.snapshot()))
         self._since_pass = 0
-        self._last_hypothesis = ""
+        self._interim = ""
+        self._failed = False
         self._speculation = None
 
-    async def _on_audio(self, pcm: bytes) -> None:
+    def _on_audio(self, pcm: bytes) -> None:
         self._pre_roll.add(pcm)
-        if not self._in_turn:
+        if self._utt is None:
             return
-        self._audio += pcm
+        self._utt.add(pcm)
         self._since_pass += len(pcm) // 2
+        self._maybe_start_interim()
+
+    def _maybe_start_interim(self) -> None:
+        """Start a pass if one is due and none runs (a due pass waits for the running one)."""
         due = self._since_pass >= self._settings.interim_interval_ms * RATE // 1000
-        if due and not self._busy and self._speculation is None:
+        if due and not self._busy and self._speculation is None and self._utt is not None:
             self._since_pass = 0
-            self.create_task(self._interim_pass())
+            self._busy = True
+            self.create_task(self._interim_pass(self._utt))
 
     # -- passes -----------------------------------------------------------------------------
 
-    def _run_pass(self) -> asyncio.Future:
-        audio = np.frombuffer(bytes(self._audio), dtype=np.int16).astype(np.float32) / 32768.0
+    def _run_pass(self, snap: Snapshot) -> asyncio.Future:
         loop = asyncio.get_running_loop()
-        return loop.run_in_executor(self._executor, self._decoder.transcribe, audio)
+        return loop.run_in_executor(
+            self._executor, self._decoder.transcribe, snap.audio, snap.want_words
+        )
 
-    async def _interim_pass(self) -> None:
-        self._busy = True
+    async def _report_failure(self, exc: BaseException, what: str) -> None:
+        logger.warning(f"{self}: {what} pass failed: {exc!r}")
+        if not self._failed:  # once per turn: one broken model fails every pass
+            self._failed = True
+            await self.push_frame(StageErrorFrame(stage="stt", error=error_line(exc)))
+
+    async def _interim_pass(self, utt: Utterance) -> None:
         try:
-            result: Pass = await self._run_pass()
-        finally:
-            self._busy = False
-        if not self._in_turn:
-            return
-        self._maybe_commit(result)
-        confirmed = agreed_prefix(self._last_hypothesis, result.text)
-        self._last_hypothesis = result.text
-        text = " ".join(x for x in (self._committed, result.text) if x)
-        if text:
+            snap = utt.snapshot()
+            try:
+                result: Pass = await self._run_pass(snap)
+            except Exception as exc:
+                if utt is self._utt:
+                    await self._report_failure(exc, "interim")
+                return
+            interim = utt.update(snap, result)
+            if utt is not self._utt or interim is None or not interim.text:
+                return
+            self._interim = interim.text
             await self.push_frame(
                 InterimTranscriptionFrame(
-                    text=text,
+                    text=interim.text,
                     user_id="caller",
                     timestamp=_iso_now(),
-                    result={"confirmed": " ".join(x for x in (self._committed, confirmed) if x)},
+                    result={"confirmed": interim.confirmed},
                 )
             )
+        finally:
+            self._busy = False
+        self._maybe_start_interim()
 
     async def _report_pause_transcript(self, spec: _Speculation) -> None:
-        result: Pass = await spec.future
-        if spec is self._speculation:
-            text = " ".join(x for x in (self._committed, result.text) if x)
+        try:
+            result: Pass = await spec.future
+        except Exception:
+            return  # reported when the final pass is awaited
+        if spec is self._speculation and self._utt is not None:
+            text = self._utt.text(result)
             await self.push_frame(PauseTranscriptFrame(text=text), FrameDirection.UPSTREAM)
-            await self.push_frame(SpeculativeTranscriptFrame(text=text))
 
-    def _maybe_commit(self, result: Pass) -> None:
-        """Keep long turns inside the Whisper window: commit all but the last segment."""
-        if result.audio_secs < COMMIT_AFTER_SECS or len(result.segments) < 2:
-            return
-        done = result.segments[:-1]
-        cut = int(done[-1].end * RATE) * 2
-        self._committed = " ".join(
-            x for x in (self._committed, "".join(s.text for s in done).strip()) if x
-        )
-        del self._audio[:cut]
-        self._speculation = None
-        self._last_hypothesis = ""
-        logger.debug(f"{self}: committed {done[-1].end:.2f} s of {result.audio_secs:.2f} s")
+    async def _final_pass(self, utt: Utterance) -> tuple[str, float]:
+        """The turn's final text and when it was ready (a failed pass: the last interim)."""
+        spec, self._speculation = self._speculation, None
+        try:
+            if spec is not None and spec.snap.generation == utt.generation:
+                # no speech since the pause and no trim: the speculative pass is the final one
+                result = await spec.future
+                return utt.text(result), spec.ready_ms or self._clock.now_ms()
+            result = await self._run_pass(utt.snapshot())
+            return utt.text(result), self._clock.now_ms()
+        except Exception as exc:
+            await self._report_failure(exc, "final")
+            return self._interim, self._clock.now_ms()
 
     async def _finish_turn(self) -> None:
-        self._in_turn = False
-        spec, self._speculation = self._speculation, None
-        if spec is not None:  # no speech since the pause: the speculative pass is the final one
-            result = await spec.future
-            ready_ms = spec.ready_ms or self._clock.now_ms()
-        else:
-            result = await self._run_pass()
-            ready_ms = self._clock.now_ms()
-        text = " ".join(x for x in (self._committed, result.text) if x).strip()
-        logger.debug(f"{self}: final over {result.audio_secs:.2f} s: {result.text!r}")
+        utt, self._utt = self._utt, None
+        assert utt is not None
+        text, ready_ms = await self._final_pass(utt)
+        logger.debug(f"{self}: final over {utt.secs:.2f} s: {text!r}")
         await self.push_frame(TimelineEventFrame(event="stt_final", at_ms=ready_ms))
         await self.push_frame(
-            TranscriptionFrame(text=text, user_id="caller", timestamp=_iso_now(), finalized=True)
+            TranscriptionFrame(
+                text=text.strip(), user_id="caller", timestamp=_iso_now(), finalized=True
+            )
         )
 
     async def cleanup(self) -> None:

@@ -17,12 +17,13 @@ from pipecat.frames.frames import (
     InterimTranscriptionFrame,
     TranscriptionFrame,
     UserStoppedSpeakingFrame,
+    VADUserStartedSpeakingFrame,
 )
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from agent.clock import CallClock, CallRecorder
-from agent.frames import NoReplyFrame
+from agent.frames import NoReplyFrame, SpeechPausedFrame, StageErrorFrame
 from agent.pipeline import run_pipeline
 from agent.recognition.streaming_stt import StreamingWhisperSTT
 from agent.recognition.turn_detector import TurnDetector
@@ -33,7 +34,8 @@ from agent.transports.replay import ReplayInput, ReplayTurn
 
 @dataclass
 class TranscriptEvent:
-    """One transcript as it appeared: ``kind`` is interim, final or turn_end."""
+    """One transcript as it appeared: ``kind`` is interim, final or turn_end; also pause and
+    resume (the VAD heard silence / speech again inside the turn) and error (a stage error)."""
 
     file: str
     kind: str
@@ -49,7 +51,7 @@ def transcribe_once(decoder: WhisperDecoder, name: str, samples: np.ndarray) -> 
     return TranscriptEvent(file=name, kind="final", at_ms=took, text=result.text)
 
 
-class _TranscriptCollector(FrameProcessor):
+class TranscriptCollector(FrameProcessor):
     """Records transcripts; after each final one, tells the player no answer is coming."""
 
     def __init__(self, name: str, clock: CallClock, events: list[TranscriptEvent]) -> None:
@@ -59,7 +61,13 @@ class _TranscriptCollector(FrameProcessor):
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
         now = self._clock.now_ms()
-        if isinstance(frame, InterimTranscriptionFrame):
+        if isinstance(frame, SpeechPausedFrame):
+            self._events.append(TranscriptEvent(self._name, "pause", now))
+        elif isinstance(frame, VADUserStartedSpeakingFrame):
+            self._events.append(TranscriptEvent(self._name, "resume", now))
+        elif isinstance(frame, StageErrorFrame):
+            self._events.append(TranscriptEvent(self._name, "error", now, frame.error))
+        elif isinstance(frame, InterimTranscriptionFrame):
             confirmed = (frame.result or {}).get("confirmed", "")
             self._events.append(TranscriptEvent(self._name, "interim", now, frame.text, confirmed))
         elif isinstance(frame, UserStoppedSpeakingFrame) and direction == FrameDirection.DOWNSTREAM:
@@ -71,17 +79,19 @@ class _TranscriptCollector(FrameProcessor):
 
 
 async def transcribe_stream(
-    decoder: WhisperDecoder, turn: ReplayTurn, settings: Settings
+    decoder: WhisperDecoder, turn: ReplayTurn | list[ReplayTurn], settings: Settings
 ) -> list[TranscriptEvent]:
-    """Play one file through turn detection and streaming recognition at real-time pace."""
+    """Play files (one call, one turn each) through turn detection and streaming recognition
+    at real-time pace."""
+    turns = turn if isinstance(turn, list) else [turn]
     clock = CallClock()
     events: list[TranscriptEvent] = []
     pipeline = Pipeline(
         [
-            ReplayInput([turn], clock, CallRecorder(RATE), rate=RATE, answer_timeout_secs=5),
+            ReplayInput(turns, clock, CallRecorder(RATE), rate=RATE, answer_timeout_secs=5),
             TurnDetector(settings.turn, clock, rate=RATE),
             StreamingWhisperSTT(decoder, settings.asr, clock, rate=RATE),
-            _TranscriptCollector(turn.name, clock, events),
+            TranscriptCollector(" + ".join(t.name for t in turns), clock, events),
         ]
     )
     await run_pipeline(pipeline, rate=RATE)

@@ -6,12 +6,17 @@ little trailing silence, and decode greedily with timestamp tokens. On a short w
 Whisper tends to start the utterance over after its end; the timestamps let us cut that
 repeat off: segments that begin at the end of the audio, and text from the point where
 the utterance starts over, are dropped.
+
+For long turns the recogniser commits text and trims the audio it covers; it asks for word
+timings (cross-attention alignment) to know where the committed words end. The committed
+text is not given back as a decoder prompt: tiny.en copied the prompt (a 36 s turn that says
+one sentence 7 times came out with it 10-11 times; 7 without the prompt).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import ctranslate2
@@ -22,11 +27,14 @@ from faster_whisper.tokenizer import Tokenizer
 RATE = 16000
 TRAILING_PAD_SECS = 0.5
 MAX_WINDOW_SECS = 30.0
-TOKENS_PER_SEC = 6
+# Room for about 6 tokens a second of speech (fast speech with timestamps needs 5): CTranslate2
+# generated about half of max_length here (measured: 70 -> 35 tokens), so ask for twice that.
+TOKENS_PER_SEC = 12
 SECS_PER_TIMESTAMP = 0.02
 RESUME_AFTER_SECS = 1.5  # a window that stopped this far before the end is resumed
 MAX_RESUMES = 2
 MAX_WORDS_PER_SEC = 3.5  # fast conversational English is about 3 words a second
+LOOP_RETRY_PENALTY = 1.1  # measured: 1.1 undid a loop on a long turn; 1.3 garbled words
 
 
 @dataclass
@@ -38,12 +46,25 @@ class Segment:
 
 
 @dataclass
+class Word:
+    """One word with its time in the pass's audio (seconds), from the alignment."""
+
+    text: str
+    start: float
+    end: float
+
+
+@dataclass
 class Pass:
-    """The result of one pass: its text, its segments and how much audio it covered."""
+    """The result of one pass: its text, its segments and how much audio it covered.
+
+    ``words`` is filled only when word timings were asked for; it holds the words of ``text``.
+    """
 
     text: str
     audio_secs: float
     segments: list[Segment]
+    words: list[Word] = field(default_factory=list)
 
 
 def _words(text: str) -> list[str]:
@@ -90,31 +111,33 @@ class WhisperDecoder:
         )
         self._ts_begin = self.tokenizer.timestamp_begin
 
-    def transcribe(self, audio: np.ndarray) -> Pass:
+    def transcribe(self, audio: np.ndarray, words: bool = False) -> Pass:
         """Transcribe float32 16 kHz audio (at most 30 s).
 
-        Whisper sometimes stops a long window early; like faster-whisper's own seek loop,
-        decoding then resumes from the last segment's end, on the audio that is left.
+        ``words`` asks for word timings. Whisper sometimes stops a long window early; like
+        faster-whisper's own seek loop, decoding then resumes from the last segment's end,
+        on the audio that is left.
         """
         secs = len(audio) / RATE
-        done = self._window(audio)
+        done = self._window(audio, words)
         for _ in range(MAX_RESUMES):
             if not done.segments or done.segments[-1].end > secs - RESUME_AFTER_SECS:
                 break
             offset = done.segments[-1].end
-            rest = self._window(audio[int(offset * RATE) :])
+            rest = self._window(audio[int(offset * RATE) :], words)
             if not rest.segments:
                 break
-            for seg in rest.segments:
-                seg.start, seg.end = seg.start + offset, seg.end + offset
+            for item in rest.segments + rest.words:
+                item.start, item.end = item.start + offset, item.end + offset
             done = Pass(
                 text=f"{done.text} {rest.text}".strip(),
                 audio_secs=secs,
                 segments=done.segments + rest.segments,
+                words=done.words + rest.words,
             )
         return done
 
-    def _window(self, audio: np.ndarray) -> Pass:
+    def _window(self, audio: np.ndarray, words: bool) -> Pass:
         """One greedy decode of one unpadded window."""
         secs = len(audio) / RATE
         window = min(MAX_WINDOW_SECS, secs + TRAILING_PAD_SECS)
@@ -124,6 +147,18 @@ class WhisperDecoder:
         encoded = self.model.model.encode(
             ctranslate2.StorageView.from_array(np.ascontiguousarray(mel[None])), to_cpu=False
         )
+        done, looped = self._decode(encoded, secs, window, 1.0)
+        if looped:  # greedy tiny models loop ("War, War, War"): retry, discouraging repeats
+            retry, still = self._decode(encoded, secs, window, LOOP_RETRY_PENALTY)
+            if not still or len(retry.text) > len(done.text):
+                done = retry
+        if words and done.text:
+            done.words = self._align(done, encoded, secs)
+        return done
+
+    def _decode(
+        self, encoded: ctranslate2.StorageView, secs: float, window: float, penalty: float
+    ) -> tuple[Pass, bool]:
         result = self.model.model.generate(
             encoded,
             [self.tokenizer.sot_sequence],
@@ -131,10 +166,25 @@ class WhisperDecoder:
             max_length=int(secs * TOKENS_PER_SEC) + 16,
             suppress_blank=True,
             suppress_tokens=[-1],
+            repetition_penalty=penalty,
         )
-        return self._parse(result[0].sequences_ids[0], secs)
+        return self._parse(result[0].sequences_ids[0], secs, window)
 
-    def _parse(self, ids: list[int], secs: float) -> Pass:
+    def _align(self, done: Pass, encoded: ctranslate2.StorageView, secs: float) -> list[Word]:
+        """Word timings of the pass's text (faster-whisper's cross-attention alignment)."""
+        tokens = [t for seg in done.segments for t in seg.tokens]
+        aligned = self.model.find_alignment(self.tokenizer, [tokens], encoded, int(secs * 100))
+        timed: list[Word] = []
+        for w in aligned[0] if aligned else []:
+            text = w["word"].strip()
+            if timed and (not _words(text) or not w["word"].startswith(" ")):
+                timed[-1].text += text  # "year" + "." is one word of the text, ending at "r"
+            elif text:
+                timed.append(Word(text, float(w["start"]), float(w["end"])))
+        return timed[: len(done.text.split())]
+
+    def _parse(self, ids: list[int], secs: float, window: float) -> tuple[Pass, bool]:
+        """Segments from timestamp tokens; made-up text dropped. True when a loop was cut."""
         segments: list[Segment] = []
         start, current = 0.0, []
         for tok in ids:
@@ -152,7 +202,8 @@ class WhisperDecoder:
             segments.append(Segment(start, secs, current, self.tokenizer.decode(current)))
         kept: list[Segment] = []
         for seg in segments:
-            if not _words(seg.text) or seg.start >= secs - 0.3:
+            # Text that starts at the very end, or ends past the window, is made up.
+            if not _words(seg.text) or seg.start >= secs - 0.3 or seg.end > window:
                 continue
             kept.append(seg)
         text = "".join(seg.text for seg in kept)
@@ -160,4 +211,4 @@ class WhisperDecoder:
         cut = hallucination_cut(_words(text), secs)
         if cut is not None and len(_words(text)) == len(words):
             text = " ".join(words[:cut])
-        return Pass(text=text.strip(), audio_secs=secs, segments=kept)
+        return Pass(text=text.strip(), audio_secs=secs, segments=kept), cut is not None

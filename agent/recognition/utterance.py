@@ -1,0 +1,162 @@
+"""The audio and text of one turn as recognition sees it, and how long turns are committed.
+
+Whisper reads at most 30 s, and a pass costs more the more audio it reads, so past
+``COMMIT_AFTER_SECS`` the words two consecutive passes agree on (LocalAgreement) and that end
+well before the end of the audio (``KEEP_SECS``) are committed: their text is kept, the audio
+up to the quietest moment near the last committed word's end is dropped (the committed
+text is not given to the decoder as a prompt: see whisper_decoder). A word cut in two can
+come back at the start of the next pass: leading words that repeat the committed tail are
+dropped. Passes are tagged with the trim generation they read, so a pass over audio that has
+since been trimmed is never combined with the new committed text.
+
+No Pipecat here: the streaming service and offline tools drive this the same way.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from agent.recognition.whisper_decoder import RATE, Pass, Word
+
+COMMIT_AFTER_SECS = 10.0  # passes over 10 s take about 200 ms on 2 cores; 28 s take 800 ms
+KEEP_SECS = 2.0  # only words ending this long before the end of the audio are committed
+TRIM_SEARCH_SECS = (0.15, 0.1)  # look this far before / after the word's end for a quiet cut
+FORCE_COMMIT_SECS = 20.0  # past this, commit even where no phrase ends (at the longest gap)
+MAX_OVERLAP_WORDS = 4
+
+
+def _key(word: str) -> str:
+    return re.sub(r"[^a-z0-9']", "", word.lower())
+
+
+def agreed_prefix(a: str, b: str) -> str:
+    """The words two hypotheses agree on from the start (LocalAgreement)."""
+    out = []
+    for x, y in zip(a.split(), b.split(), strict=False):
+        if _key(x) != _key(y):
+            break
+        out.append(y)
+    return " ".join(out)
+
+
+def drop_overlap(committed: list[str], words: list[str]) -> list[str]:
+    """``words`` without a leading run that repeats the end of ``committed``."""
+    tail = [_key(w) for w in committed[-MAX_OVERLAP_WORDS:]]
+    head = [_key(w) for w in words]
+    for n in range(min(len(tail), len(head)), 0, -1):
+        if tail[-n:] == head[:n]:
+            return words[n:]
+    return words
+
+
+def quietest_cut(samples: np.ndarray, at: int, before: int, after: int) -> int:
+    """The sample index of the quietest 10 ms within [at - before, at + after]."""
+    hop = RATE // 100
+    lo, hi = max(0, at - before), min(len(samples), at + after)
+    if hi - lo < hop:
+        return min(max(at, 0), len(samples))
+    x = samples[lo:hi].astype(np.float64)
+    energy = [float(np.mean(x[i : i + hop] ** 2)) for i in range(0, len(x) - hop + 1, hop)]
+    return lo + int(np.argmin(energy)) * hop + hop // 2
+
+
+def _phrase_end(words: list[str], timed: list[Word], *, force: bool) -> int:
+    """How many of the committable words to commit: through the last sentence end.
+
+    Whisper drops the fragment of a sentence at the start of a window, so a cut mid-sentence
+    loses words (measured: a cut after a comma lost the rest of the sentence). With no
+    sentence end, wait, unless the audio nears the 30 s window: then cut at the longest pause.
+    """
+    ends = [i + 1 for i, w in enumerate(words) if w[-1] in ".?!"]
+    if ends:
+        return ends[-1]
+    if not force or len(timed) < 2:
+        return 0
+    gaps = [timed[i + 1].start - timed[i].end for i in range(len(timed) - 1)]
+    return int(np.argmax(gaps)) + 1
+
+
+@dataclass
+class Snapshot:
+    """What one pass reads: the audio since the last trim."""
+
+    audio: np.ndarray  # float32
+    generation: int
+    want_words: bool
+
+
+@dataclass
+class Interim:
+    text: str
+    confirmed: str
+
+
+class Utterance:
+    """One turn's audio since the last trim, its committed words and the last hypothesis."""
+
+    def __init__(self, pre_roll: bytes = b"") -> None:
+        self._pcm = bytearray(pre_roll)
+        self.committed: list[str] = []
+        self.generation = 0
+        self._last = ""
+
+    def add(self, pcm: bytes) -> None:
+        self._pcm += pcm
+
+    @property
+    def secs(self) -> float:
+        return len(self._pcm) / 2 / RATE
+
+    @property
+    def committed_text(self) -> str:
+        return " ".join(self.committed)
+
+    def snapshot(self) -> Snapshot:
+        audio = np.frombuffer(bytes(self._pcm), dtype=np.int16).astype(np.float32) / 32768.0
+        return Snapshot(audio, self.generation, self.secs >= COMMIT_AFTER_SECS)
+
+    def text(self, result: Pass) -> str:
+        """The whole turn's text: committed words, then this pass's (without a repeat)."""
+        return " ".join(self.committed + drop_overlap(self.committed, result.text.split()))
+
+    def update(self, snap: Snapshot, result: Pass) -> Interim | None:
+        """Take an interim pass: LocalAgreement, and a commit when the audio runs long.
+
+        Returns None for a pass over audio that has been trimmed since.
+        """
+        if snap.generation != self.generation:
+            return None
+        words = drop_overlap(self.committed, result.text.split())
+        current = " ".join(words)
+        confirmed = agreed_prefix(self._last, current).split()
+        self._last = current
+        interim = Interim(
+            text=" ".join(self.committed + words),
+            confirmed=" ".join(self.committed + confirmed),
+        )
+        if snap.want_words and result.words:
+            self._commit(snap, result, words, len(confirmed))
+        return interim
+
+    def _commit(self, snap: Snapshot, result: Pass, words: list[str], confirmed: int) -> None:
+        """Commit confirmed words that end well before the end of the audio; trim after them."""
+        timed = result.words[len(result.text.split()) - len(words) :]
+        limit = result.audio_secs - KEEP_SECS
+        n = 0
+        while n < min(confirmed, len(timed)) and timed[n].end <= limit:
+            n += 1
+        n = _phrase_end(words[:n], timed[:n], force=result.audio_secs >= FORCE_COMMIT_SECS)
+        if n == 0:
+            return
+        at = int(timed[n - 1].end * RATE)
+        before, after = (int(s * RATE) for s in TRIM_SEARCH_SECS)
+        if n < len(timed):  # never cut into the next word
+            after = min(after, max(0, int(timed[n].start * RATE) - at))
+        cut = quietest_cut(snap.audio, at, before, after)
+        self.committed += words[:n]
+        del self._pcm[: cut * 2]
+        self.generation += 1
+        self._last = ""

@@ -41,10 +41,11 @@ timeout 300 "$PY" -c 'import vllm.entrypoints.openai.api_server' \
   || { echo "error: vLLM does not import in $VENV (see the traceback above)" >&2; exit 1; }
 
 # The default GGUF, resolved (and sha256-checked) the way the agent resolves it, converted once.
-GGUF=$(.venv/bin/python -c 'from agent import model_store; from agent.settings import Settings
-s = Settings(); print(model_store.resolve(s.llm.model, "llm", s.models_dir))')
-OUT=$(.venv/bin/python -c 'from agent.llm.vllm_server import vllm_model_dir; from agent.settings import Settings
-s = Settings(); print(vllm_model_dir(s.llm.model, s.models_dir))')
+# LLMSettings() is the default model whatever a config or the environment selects.
+GGUF=$(.venv/bin/python -c 'from agent import model_store; from agent.settings import LLMSettings, Settings
+print(model_store.resolve(LLMSettings().model, "llm", Settings().models_dir))')
+OUT=$(.venv/bin/python -c 'from agent.llm.vllm_server import vllm_model_dir; from agent.settings import LLMSettings, Settings
+print(vllm_model_dir(LLMSettings().model, Settings().models_dir))')
 if [ -f "$OUT/converted-from" ] && [ "$(cat "$OUT/converted-from")" = "$(basename "$GGUF")" ]; then
   echo "vLLM ready: $VENV, model $OUT" >&2
   exit 0

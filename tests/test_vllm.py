@@ -80,6 +80,14 @@ def test_llm_serve_print_command_and_one_line_errors(tmp_path):
     assert missing.stderr.strip().splitlines() == [
         f"error: vLLM's python {tmp_path / 'nope'} is missing: run scripts/setup_vllm.sh"
     ]
+    unconverted = runner.invoke(
+        app, ["llm", "serve", "--python", sys.executable], env={"VOICE_AGENT_MODELS": str(tmp_path)}
+    )
+    assert unconverted.exit_code == 2
+    assert unconverted.stderr.strip().splitlines() == [
+        f"error: smollm2-135m has no vLLM conversion in {tmp_path / 'smollm2-135m-hf'}: "
+        "run scripts/setup_vllm.sh"
+    ]
     gguf = runner.invoke(app, ["llm", "serve", "--model", str(tmp_path / "x.gguf")])
     assert gguf.exit_code == 2 and "vLLM does not read GGUF" in gguf.stderr
     llama = runner.invoke(

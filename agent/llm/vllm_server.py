@@ -151,9 +151,13 @@ class VllmServer:
         """One line, before any start, for what setup_vllm.sh would have made."""
         if not Path(self.python).is_file():
             raise UserError(f"vLLM's python {self.python} is missing: {SETUP_HINT}")
-        local = Path(self.model)
-        if local.is_absolute() and not (local / "config.json").is_file():
-            raise UserError(f"the vLLM model folder {local} is missing or incomplete: {SETUP_HINT}")
+        if (
+            self.settings.model in model_store.MODELS
+            and not (Path(self.model) / "config.json").is_file()
+        ):
+            raise UserError(
+                f"{self.settings.model} has no vLLM conversion in {self.model}: {SETUP_HINT}"
+            )
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)

@@ -6,6 +6,9 @@ Like a real phone line it sends 20 ms of 8 kHz mu-law every 20 ms for the whole 
 went out and when each reply message came in, so latency can be measured from the
 caller's side of the socket. Marks are echoed once the audio before them has "played"
 (on the caller's own playback clock), and at once on ``clear``, as Twilio does.
+
+``reading=False`` makes a phone that never reads what the server sends (a tiny socket
+receive buffer, no reader): the server's backpressure handling is tested with it.
 """
 
 from __future__ import annotations
@@ -14,9 +17,11 @@ import asyncio
 import base64
 import json
 import secrets
+import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 from websockets.asyncio.client import ClientConnection, connect
@@ -56,8 +61,9 @@ class Reply:
 class PhoneCaller:
     """One simulated call to a ``/phone`` websocket."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, reading: bool = True) -> None:
         self.url = url
+        self.reading = reading
         self.stream_sid = "MZ" + secrets.token_hex(16)
         self.replies: list[Reply] = []
         self.closed = asyncio.Event()
@@ -69,7 +75,14 @@ class PhoneCaller:
         self._encoder = Rate2Converter(up=False)
 
     async def __aenter__(self) -> PhoneCaller:
-        self._ws = await connect(self.url, max_size=1 << 20)
+        if self.reading:
+            self._ws = await connect(self.url, max_size=1 << 20)
+        else:
+            parts = urlsplit(self.url)
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect((parts.hostname, parts.port))
+            self._ws = await connect(self.url, sock=sock, max_queue=1, max_size=1 << 20)
         await self.send({"event": "connected", "protocol": "Call", "version": "1.0.0"})
         start = {
             "streamSid": self.stream_sid,
@@ -81,8 +94,9 @@ class PhoneCaller:
         }
         await self.send({"event": "start", "sequenceNumber": "1", "start": start,
                          "streamSid": self.stream_sid})  # fmt: skip
-        self._tasks = [asyncio.create_task(self._send_media()),
-                       asyncio.create_task(self._receive())]  # fmt: skip
+        self._tasks = [asyncio.create_task(self._send_media())]
+        if self.reading:
+            self._tasks.append(asyncio.create_task(self._receive()))
         return self
 
     async def __aexit__(self, *exc: Any) -> None:

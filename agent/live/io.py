@@ -9,11 +9,17 @@ same recording) with a listener attached: each chunk is also delivered to the ca
 barge-in flushes what the listener still has queued. Pacing writes at the listener's playback
 speed keeps the bot's speaking state true to what the caller hears, so barge-in works and
 a flush drops at most a chunk or two.
+
+A listener that stops taking audio (a client that never reads) cannot grow the server's
+memory: each send waits while the connection's bounded outbound buffer is full, and one that
+waits longer than ``SEND_STALL_SECS`` gives up on the listener: ``on_stalled`` is told why
+(the server hangs up that call), and nothing more is sent to it.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from loguru import logger
 from pipecat.frames.frames import (
@@ -33,6 +39,9 @@ from agent.transports.replay import FRAME_MS, SimulatedSpeakerOutput
 
 JITTER_MS = 120  # arrival jitter absorbed before the user track re-syncs to the clock
 MAX_BACKLOG_SECS = 5.0  # caller audio the pipeline may fall behind before frames are dropped
+# Bot audio is written at playback pace, so a send that waits this long on a full outbound
+# buffer means the listener has stopped taking audio for about that long.
+SEND_STALL_SECS = 5.0
 
 
 class NullRecorder(CallRecorder):
@@ -141,6 +150,26 @@ class LiveInput(FrameProcessor):
 
 class LiveOutput(SimulatedSpeakerOutput):
     """Bot audio to a live listener at playback pace; a barge-in flushes the listener."""
+
+    on_stalled: Callable[[str], None] | None = None  # told once when the listener stalls
+    stalled: str | None = None
+
+    async def bounded_send(self, send: Callable[[], Awaitable[object]]) -> bool:
+        """Wait for one send to the listener; False (and ``on_stalled``) when it stalls."""
+        if self.stalled is not None:
+            return False
+        try:
+            async with asyncio.timeout(SEND_STALL_SECS):
+                await send()
+            return True
+        except TimeoutError:
+            self.stalled = (
+                f"the client stopped reading (outbound buffer full for {SEND_STALL_SECS:g} s)"
+            )
+            logger.warning("{}: dropping the call", self.stalled)
+            if self.on_stalled is not None:
+                self.on_stalled(self.stalled)
+            return False
 
     async def deliver(self, pcm: bytes) -> bool:
         """Hand one chunk of bot audio (16-bit mono, pipeline rate) to the listener."""

@@ -24,6 +24,7 @@ import asyncio
 import hmac
 import ipaddress
 import signal
+import socket
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from importlib import resources
@@ -54,6 +55,12 @@ START_TIMEOUT_SECS = 10.0
 # Twilio media messages are ~0.4 KiB and the page's audio messages ~0.6 KiB: 64 KiB leaves
 # room and keeps what one client can make the server buffer small.
 MAX_MESSAGE_BYTES = 64 * 1024
+# Outbound backpressure: what one client that stops reading can make the server hold. The
+# websocket's own buffer (websockets' write_limit) plus the kernel's send buffer (set per
+# connection; Linux doubles it) hold a few seconds of bot audio; a send that stays blocked
+# past io.SEND_STALL_SECS drops that call.
+WRITE_LIMIT_BYTES = 16 * 1024
+SOCKET_SEND_BUFFER_BYTES = 16 * 1024
 MIN_TOKEN_CHARS = 16
 TOKEN_COOKIE = "voice_agent_token"
 WS_PATHS = ("/phone", "/browser")
@@ -218,6 +225,9 @@ class CallServer:
         """One connection = one call; any failure ends that call only, in one line."""
         path = urlsplit(ws.request.path if ws.request else "").path
         self._connections += 1
+        sock = ws.transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_SEND_BUFFER_BYTES)
         try:
             if self._connections > self.max_calls:  # handshakes that raced past the check
                 await ws.close(1013, "busy: try again later")
@@ -329,6 +339,12 @@ class CallServer:
     ) -> list[dict]:
         """Run the call while reading the client; whichever ends first ends the other."""
         self.calls[call.id] = call
+
+        def drop(reason: str) -> None:  # the client stopped reading: free the call now
+            call.hang_up(reason)
+            ws.transport.abort()
+
+        transport_out.on_stalled = drop
         self.say(f"call {call.id} ({call.kind}) from {_peer(ws)} -> {call.dir}")
 
         async def read() -> None:
@@ -391,7 +407,7 @@ async def serve_calls(
     try:
         async with serve(
             server.handle, host, port, process_request=server.process_request,
-            max_size=MAX_MESSAGE_BYTES,
+            max_size=MAX_MESSAGE_BYTES, write_limit=WRITE_LIMIT_BYTES,
         ) as ws_server:  # fmt: skip
             bound = next(iter(ws_server.sockets)).getsockname()[1]
             server.bound(host, bound)

@@ -49,8 +49,7 @@ class BrowserOutput(LiveOutput):
 
     async def deliver(self, pcm: bytes) -> bool:
         try:
-            await self._ws.send(pcm)
-            return True
+            return await self.bounded_send(lambda: self._ws.send(pcm))
         except ConnectionClosed:
             return False
 

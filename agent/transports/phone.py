@@ -125,9 +125,9 @@ class PhoneOutput(LiveOutput):
         self._downsample = Rate2Converter(up=False)
 
     async def _send(self, message: dict[str, Any]) -> bool:
+        text = json.dumps({**message, "streamSid": self._stream.stream_sid})
         try:
-            await self._ws.send(json.dumps({**message, "streamSid": self._stream.stream_sid}))
-            return True
+            return await self.bounded_send(lambda: self._ws.send(text))
         except ConnectionClosed:
             return False
 

@@ -19,6 +19,7 @@ from agent import model_store
 from agent.cli_support import (
     AsrModelOpt,
     ConfigOpt,
+    LlmEngineOpt,
     LlmModelOpt,
     LlmUrlOpt,
     llm_flags,
@@ -58,6 +59,7 @@ def replay(
     config: ConfigOpt = None,
     llm_url: LlmUrlOpt = None,
     llm_model: LlmModelOpt = None,
+    llm_engine_name: LlmEngineOpt = None,
     asr_model: Annotated[
         str | None, typer.Option(help="whisper-tiny.en, whisper-base or a dir.")
     ] = None,
@@ -71,7 +73,7 @@ def replay(
         config,
         budget_file=budget,
         budget_profile=profile,
-        **llm_flags(llm_url, llm_model),
+        **llm_flags(llm_url, llm_model, llm_engine_name),
         asr__model=asr_model,
         tts__voice=voice,
     )

@@ -26,6 +26,12 @@ LlmUrlOpt = Annotated[
     str | None, typer.Option(help="OpenAI-compatible base URL instead of llama.cpp.")
 ]
 LlmModelOpt = Annotated[str | None, typer.Option(help="LLM model name or GGUF path.")]
+LlmEngineOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--llm-engine", help="llama-inprocess, llama-server, vllm or openai (default: llm.engine)."
+    ),
+]
 
 
 def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -60,10 +66,13 @@ def settings_from_flags(config: Path | None, **flags: Any) -> Settings:
     return load_settings(config, **nested)
 
 
-def llm_flags(llm_url: str | None, llm_model: str | None) -> dict[str, Any]:
-    """``--llm-url`` / ``--llm-model`` as settings: a URL selects the OpenAI-compatible engine."""
+def llm_flags(
+    llm_url: str | None, llm_model: str | None, llm_engine: str | None = None
+) -> dict[str, Any]:
+    """``--llm-url`` / ``--llm-model`` / ``--llm-engine`` as settings: a URL selects the
+    OpenAI-compatible engine."""
     return {
-        "llm__engine": "openai" if llm_url else None,
+        "llm__engine": "openai" if llm_url else llm_engine,
         "llm__base_url": llm_url,
         "llm__model": llm_model,
     }

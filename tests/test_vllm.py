@@ -104,11 +104,10 @@ def test_llm_serve_print_command_and_one_line_errors(tmp_path):
 @needs_vllm
 def test_replay_turn_through_the_pipeline_with_engine_vllm(tmp_path):
     """First in the file: its own vLLM (started by llm_engine) runs before the module's."""
-    env = {**os.environ, "VOICE_AGENT_LLM__ENGINE": "vllm"}
     done = subprocess.run(
         [sys.executable, "-m", "agent.cli", "replay", str(SAMPLES / "ldc93s1.wav"),
-         "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=1500, env=env,
+         "--out", str(tmp_path), "--llm-engine", "vllm"],
+        capture_output=True, text=True, timeout=1500,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     (turn,) = [json.loads(line) for line in (tmp_path / "turns.jsonl").read_text().splitlines()]

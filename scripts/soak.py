@@ -88,6 +88,7 @@ class Soak:
 
     def minute(self) -> Minute:
         index = int((time.monotonic() - self.started) // 60)
+        index = min(index, max(0, int(np.ceil(self.minutes)) - 1))  # a turn ending after time
         while len(self.per_minute) <= index:
             self.per_minute.append(Minute())
         return self.per_minute[index]

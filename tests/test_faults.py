@@ -16,6 +16,7 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -27,6 +28,7 @@ from agent.llm.engines import OpenAIChatEngine
 from agent.llm.failover import FailoverEngine, failover_engine
 from agent.llm.llama_server import LlamaServer
 from agent.pipeline import AgentModels, llm_engine
+from agent.recognition.whisper_decoder import WhisperDecoder
 from agent.settings import Settings
 from agent.synthesis.piper_tts import PiperVoiceModel
 from agent.timing.budget import load_budget
@@ -55,6 +57,22 @@ class FaultInjectedVoice:
             self.failed += 1
             raise RuntimeError("injected synthesiser fault")
         return self._voice.synthesize(text, out_rate)
+
+
+class FaultInjectedDecoder:
+    """FAULT INJECTION: the real Whisper decoder, made to raise on every pass while ``failing``."""
+
+    def __init__(self, decoder: WhisperDecoder) -> None:
+        self._decoder = decoder
+        self.failing = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._decoder, name)
+
+    def transcribe(self, *args: Any, **kwargs: Any) -> Any:
+        if self.failing:
+            raise RuntimeError("injected recogniser fault")
+        return self._decoder.transcribe(*args, **kwargs)
 
 
 class DelayingProxy:
@@ -167,7 +185,8 @@ def short(models, server, tmp_path_factory) -> Iterator[tuple[InProcessServer, D
                              "speculate": False})  # fmt: skip
     engine = OpenAIChatEngine(f"http://127.0.0.1:{proxy.port}/v1", "smollm2", settings.llm)
     voice = FaultInjectedVoice(models.voice)
-    faulty = AgentModels(decoder=models.decoder, voice=voice)  # type: ignore[arg-type]
+    decoder = FaultInjectedDecoder(models.decoder)
+    faulty = AgentModels(decoder=decoder, voice=voice)  # type: ignore[arg-type]
     runtime = Runtime(settings, faulty, engine, load_budget(settings.budget_file))
     with serving_in_process(runtime, tmp_path_factory.mktemp("short-calls")) as running:
         yield running, proxy
@@ -273,6 +292,32 @@ async def test_synthesiser_fault_skips_speech_and_the_call_goes_on(short):
     assert any(e.startswith("tts: RuntimeError: injected") for e in failed["errors"]), failed
     assert failed["events"]["first_audio_out"] is None
     assert spoken["events"]["first_audio_out"] is not None and not spoken["errors"], spoken
+
+
+async def test_recogniser_fault_is_recorded_and_the_next_turn_is_heard(short):
+    served, _ = short
+    decoder = served.server.runtime.models.decoder
+    assert isinstance(decoder, FaultInjectedDecoder)
+    async with PhoneCaller(served.url("/phone")) as phone:
+        await asyncio.sleep(0.5)
+        decoder.failing = True
+        asked = phone.speak(question())
+        await asked.done.wait()
+        folder = served.calls("phone")[-1]
+
+        def failure_recorded() -> bool:
+            turns = folder / "turns.jsonl"
+            return turns.exists() and any(r["errors"] for r in turn_records(folder))
+
+        assert await wait_until(failure_recorded, 30), "the failed turn was never recorded"
+        decoder.failing = False
+        assert await ask(phone, question("new_home_in_the_stars.wav")) is not None
+        assert await phone.wait_quiet(1.0, 60)
+        assert await phone.hang_up(30)
+    records = turn_records(folder)
+    assert any(e.startswith("stt: RuntimeError") for e in records[0]["errors"]), records[0]
+    heard = records[-1]
+    assert heard["user_text"] and not heard["errors"] and heard["bot_text"], heard
 
 
 async def test_slow_engine_gets_the_fallback_sentence_then_recovers(short):

@@ -1,8 +1,9 @@
 """The audio and text of one turn as recognition sees it, and how long turns are committed.
 
+Interims carry a confirmed prefix: the words two consecutive passes agree on (LocalAgreement).
 Whisper reads at most 30 s, and a pass costs more the more audio it reads, so past
-``COMMIT_AFTER_SECS`` the words two consecutive passes agree on (LocalAgreement) and that end
-well before the end of the audio (``KEEP_SECS``) are committed: their text is kept, the audio
+``COMMIT_AFTER_SECS`` the whole sentences that end well before the end of the audio
+(``KEEP_SECS``) are committed: their text is kept, the audio
 up to the quietest moment near the last committed word's end is dropped (the committed
 text is not given to the decoder as a prompt: see whisper_decoder). A word cut in two can
 come back at the start of the next pass: leading words that repeat the committed tail are
@@ -138,15 +139,20 @@ class Utterance:
             confirmed=" ".join(self.committed + confirmed),
         )
         if snap.want_words and result.words:
-            self._commit(snap, result, words, len(confirmed))
+            self._commit(snap, result, words)
         return interim
 
-    def _commit(self, snap: Snapshot, result: Pass, words: list[str], confirmed: int) -> None:
-        """Commit confirmed words that end well before the end of the audio; trim after them."""
+    def _commit(self, snap: Snapshot, result: Pass, words: list[str]) -> None:
+        """Commit the words that end well before the end of the audio; trim after them.
+
+        Not only the words two passes agree on: tiny.en's unsteady words ("Jadakzu",
+        "Jadaksu") kept agreement short of any sentence end until the forced cut, which
+        lost words. Two seconds of audio after a word are what steadies it.
+        """
         timed = result.words[len(result.text.split()) - len(words) :]
         limit = result.audio_secs - KEEP_SECS
         n = 0
-        while n < min(confirmed, len(timed)) and timed[n].end <= limit:
+        while n < len(timed) and timed[n].end <= limit:
             n += 1
         n = _phrase_end(words[:n], timed[:n], force=result.audio_secs >= FORCE_COMMIT_SECS)
         if n == 0:

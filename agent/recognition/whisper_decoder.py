@@ -33,16 +33,18 @@ TOKENS_PER_SEC = 12
 SECS_PER_TIMESTAMP = 0.02
 RESUME_AFTER_SECS = 1.5  # a window that stopped this far before the end is resumed
 MAX_RESUMES = 2
-MAX_WORDS_PER_SEC = 3.5  # fast conversational English is about 3 words a second
+CHECK_UNCLOSED_SECS = 6.0  # shorter windows rarely stop early; aligning costs a decoder pass
+MAX_WORDS_PER_SEC = 4.5  # fast English is 3-4 words a second (3.5 cut a real repeat)
 LOOP_RETRY_PENALTY = 1.1  # measured: 1.1 undid a loop on a long turn; 1.3 garbled words
 
 
 @dataclass
 class Segment:
     start: float
-    end: float
+    end: float  # the audio's end when Whisper stopped without a closing timestamp
     tokens: list[int]
     text: str
+    closed: bool = True
 
 
 @dataclass
@@ -154,6 +156,13 @@ class WhisperDecoder:
                 done = retry
         if words and done.text:
             done.words = self._align(done, encoded, secs)
+        last = done.segments[-1] if done.segments else None
+        if last is not None and not last.closed and secs >= CHECK_UNCLOSED_SECS:
+            # Whisper may stop mid-window without a closing timestamp: the last word's end
+            # tells whether audio is left to resume on (it lost a turn's last sentence).
+            timed = done.words or self._align(done, encoded, secs)
+            if timed:
+                last.end = timed[-1].end
         return done
 
     def _decode(
@@ -199,7 +208,9 @@ class WhisperDecoder:
             else:
                 current.append(tok)
         if current:
-            segments.append(Segment(start, secs, current, self.tokenizer.decode(current)))
+            segments.append(
+                Segment(start, secs, current, self.tokenizer.decode(current), closed=False)
+            )
         kept: list[Segment] = []
         for seg in segments:
             # Text that starts at the very end, or ends past the window, is made up.

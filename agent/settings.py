@@ -104,7 +104,9 @@ class LLMSettings(BaseModel):
     temperature: float = Field(0.2, ge=0)
     history_turns: int = Field(4, ge=0, description="user/assistant pairs kept in the prompt")
     system_prompt: str = SYSTEM_PROMPT
-    timeout_secs: float = Field(8.0, gt=0)
+    timeout_secs: float = Field(
+        8.0, gt=0, description="an engine silent this long (first token or between tokens) failed"
+    )
     keepalive_secs: float = Field(
         20.0, ge=0, description="ping the engine when idle so its pages stay warm; 0 disables"
     )

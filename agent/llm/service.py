@@ -174,7 +174,7 @@ class StreamingLLM(FrameProcessor):
         parts: list[str] = []
         usage, error = Usage(), None
         try:
-            async with asyncio.timeout(s.timeout_secs):
+            async with asyncio.timeout(s.timeout_secs) as stall:
                 async for item in self._engine.stream(
                     messages, max_tokens=s.max_tokens, temperature=s.temperature
                 ):
@@ -186,10 +186,11 @@ class StreamingLLM(FrameProcessor):
                         await self._emit(TimelineEventFrame(event="llm_first_token", at_ms=at_ms))
                     arrivals.append(time.monotonic())
                     parts.append(item)
+                    stall.reschedule(asyncio.get_running_loop().time() + s.timeout_secs)
                     await self._emit(LLMTextFrame(text=item))
         except ENGINE_ERRORS as exc:
             error = f"llm ({self._engine.name}): {type(exc).__name__}: {str(exc)[:200]}"
-            await self._emit(LLMTextFrame(text=FALLBACK))
+            await self._emit(LLMTextFrame(text=(" " if parts else "") + FALLBACK))
         finally:
             self._last_request = time.monotonic()
         gaps = [1000 * (b - a) for a, b in zip(arrivals, arrivals[1:], strict=False)]

@@ -56,7 +56,9 @@ class AgentModels:
             threads=settings.asr.threads,
             language=settings.asr.language,
         )
-        voice = PiperVoiceModel(voice_path, length_scale=settings.tts.length_scale)
+        voice = PiperVoiceModel(
+            voice_path, length_scale=settings.tts.length_scale, threads=settings.tts.threads
+        )
         voice.synthesize("Ready.", settings.sample_rate)  # first ONNX run is slow: do it now
         return cls(decoder=decoder, voice=voice)
 
@@ -66,8 +68,9 @@ def llm_engine(settings: Settings) -> Iterator[ChatEngine]:
     """The chat engine of this process, shared by its calls.
 
     llama-inprocess (default: fastest TTFT here, see README), llama-server (llama.cpp's
-    OpenAI-compatible server on loopback, started and stopped here), or openai (any
-    OpenAI-compatible base URL: vLLM, a remote llama.cpp server).
+    OpenAI-compatible server on loopback, started and stopped here), vllm (vLLM's server on
+    loopback, started and stopped here) or openai (any OpenAI-compatible base URL). Each is
+    wrapped in the failover policy (agent.llm.failover).
     """
     s = settings.llm
     if s.engine == "openai":
@@ -77,7 +80,7 @@ def llm_engine(settings: Settings) -> Iterator[ChatEngine]:
         return
     if s.engine == "vllm":  # vLLM's OpenAI server from .venv-vllm, on loopback
         with VllmServer(s, settings.models_dir) as vllm:
-            yield OpenAIChatEngine(vllm.base_url, vllm.served_name, s)
+            yield failover_engine(OpenAIChatEngine(vllm.base_url, vllm.served_name, s), s)
         return
     gguf = model_store.resolve(s.model, "llm", settings.models_dir)
     if s.engine == "llama-inprocess":

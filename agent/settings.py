@@ -132,6 +132,12 @@ class TTSSettings(BaseModel):
     first_phrase_min_words: int = Field(3, ge=1)
     phrase_min_words: int = Field(6, ge=1)
     length_scale: float = Field(1.0, gt=0)
+    threads: int | None = Field(
+        None,
+        ge=1,
+        description="onnxruntime intra-op threads for Piper; None: onnxruntime's own default "
+        "(one per physical core)",
+    )
     guard: bool = Field(False, description="check each phrase before it is spoken")
     guard_block_list: list[str] = Field(
         default_factory=list, description="words or phrases the bot must never say"

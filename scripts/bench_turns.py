@@ -58,10 +58,15 @@ def warm_server(server: LlamaServer, system_prompt: str) -> None:
     httpx.post(f"{server.base_url}/chat/completions", json=body, timeout=120).raise_for_status()
 
 
-def run_ours(clips: list[Path], out: Path) -> list[dict[str, Any]]:
-    """`voice-agent replay` as shipped, in its own process; returns its turn records."""
+def run_ours(
+    clips: list[Path], out: Path, env: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """`voice-agent replay` as shipped, in its own process; returns its turn records.
+
+    ``env``: the process environment (e.g. ``VOICE_AGENT_...`` settings); default: ours.
+    """
     cmd = [sys.executable, "-m", "agent.cli", "replay", *map(str, clips), "--out", str(out)]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"our replay failed: {done.stderr[-2000:]}")
     return [json.loads(line) for line in (out / "turns.jsonl").read_text().splitlines()]

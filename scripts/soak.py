@@ -38,6 +38,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from agent.audio import load_audio, speech_bounds
 from agent.live.caller import PhoneCaller
+from agent.live.process_memory import tree_rss_kib
 from agent.timing.budget import rounded_percentile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -146,27 +147,6 @@ class Soak:
         await asyncio.gather(self.sample_rss(pid), *(self.caller(i) for i in range(self.callers)))
 
 
-def tree_rss_kib(pid: int) -> int:
-    """Resident memory of a process and its children (an embedded engine server)."""
-    total = 0
-    for proc in [pid, *children(pid)]:
-        try:
-            for line in Path(f"/proc/{proc}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-        except OSError:
-            pass
-    return total
-
-
-def children(pid: int) -> list[int]:
-    try:
-        found = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        return []
-    return [int(c) for c in found]
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -190,6 +170,18 @@ def start_server(calls_dir: Path) -> tuple[subprocess.Popen, str]:
             break
     proc.kill()
     raise SystemExit("soak: the server did not start (run `voice-agent serve` to see why)")
+
+
+def stop_server(proc: subprocess.Popen) -> bool:
+    """Stop a server started by ``start_server`` (SIGINT, then kill); True if it had crashed."""
+    if proc.poll() is not None:
+        return True
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    return False
 
 
 def report(soak: Soak, crashed: bool) -> dict[str, Any]:
@@ -265,13 +257,7 @@ def main() -> int:
         try:
             asyncio.run(soak.run(proc.pid if proc else None))
         finally:
-            crashed = proc is not None and proc.poll() is not None
-            if proc is not None and not crashed:
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+            crashed = proc is not None and stop_server(proc)
     result = report(soak, crashed)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print_table(result)

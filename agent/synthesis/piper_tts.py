@@ -15,10 +15,12 @@ audio that will never come.
 from __future__ import annotations
 
 import asyncio
+import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+import onnxruntime
 import soxr
 from pipecat.frames.frames import (
     CancelFrame,
@@ -32,16 +34,36 @@ from pipecat.frames.frames import (
     TTSTextFrame,
 )
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
-from piper import PiperVoice, SynthesisConfig
+from piper import PiperConfig, PiperVoice, SynthesisConfig
 
 from agent.frames import NoReplyFrame, PhraseFrame, StageErrorFrame
+
+
+def load_voice(voice_path: Path, threads: int | None = None) -> PiperVoice:
+    """A Piper voice on the CPU with ``threads`` onnxruntime intra-op threads.
+
+    ``PiperVoice.load`` takes no session options, so the session is built here the way it
+    builds it (CPU provider, the ``.onnx.json`` beside the model), plus the thread count:
+    on a 2-core machine Piper's threads compete with llama.cpp decoding the rest of the
+    answer while the first phrase is synthesised. None keeps onnxruntime's default.
+    """
+    options = onnxruntime.SessionOptions()
+    if threads is not None:
+        options.intra_op_num_threads = threads
+    config = json.loads(Path(f"{voice_path}.json").read_text(encoding="utf-8"))
+    session = onnxruntime.InferenceSession(
+        str(voice_path), sess_options=options, providers=["CPUExecutionProvider"]
+    )
+    return PiperVoice(session=session, config=PiperConfig.from_dict(config))
 
 
 class PiperVoiceModel:
     """A loaded Piper voice that synthesises one phrase to int16 audio at a target rate."""
 
-    def __init__(self, voice_path: Path, *, length_scale: float = 1.0) -> None:
-        self.voice = PiperVoice.load(str(voice_path))
+    def __init__(
+        self, voice_path: Path, *, length_scale: float = 1.0, threads: int | None = None
+    ) -> None:
+        self.voice = load_voice(voice_path, threads)
         self.rate = self.voice.config.sample_rate
         self._config = SynthesisConfig(length_scale=length_scale)
 

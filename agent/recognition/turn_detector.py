@@ -7,7 +7,9 @@ Frames out (audio passes straight through first, so recognition never waits on u
 - ``VADUserStoppedSpeakingFrame`` when the stop window has passed;
 - ``UserStoppedSpeakingFrame`` (``turn_end``) once Smart Turn calls the turn complete (or
   calls it likely, ``smart_turn_lean``, and recognition's pause transcript ends a sentence),
-  or the silence reaches ``max_silence_secs``.
+  or the silence reaches ``max_silence_secs``, counted on the audio clock: checked as each
+  audio frame arrives (transports send audio all the time, silence included), which also
+  lets scripts/bench_endpointing.py run the detector faster than real time.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class TurnDetector(FrameProcessor):
         self._recent = RecentAudio(rate, SMART_TURN_MAX_SECS * 1000)
         self._silence_started: float | None = None
         self._decision: asyncio.Task | None = None
+        self._fallback_at_ms: float | None = None
         self._pause_text = ""
         self._pause_text_ready = asyncio.Event()
 
@@ -84,10 +87,17 @@ class TurnDetector(FrameProcessor):
         elif isinstance(frame, InputAudioRawFrame):
             await self._on_audio(frame.audio)
 
+    @property
+    def deciding(self) -> bool:
+        """Smart Turn (or the wait for the pause transcript) is judging a stop right now."""
+        return self._decision is not None and not self._decision.done()
+
     async def _on_audio(self, pcm: bytes) -> None:
         self._recent.add(pcm)
         state = await self._vad.analyze_audio(pcm)
         previous, self._state = self._state, state
+        if self._fallback_at_ms is not None and self._clock.now_ms() >= self._fallback_at_ms:
+            await self._end_turn()
         if state == previous:
             return
         if state == VADState.SPEAKING and previous != VADState.STOPPING:
@@ -115,6 +125,7 @@ class TurnDetector(FrameProcessor):
 
     async def _speech_resumed(self) -> None:
         self._silence_started = None
+        self._fallback_at_ms = None
         self._pause_text = ""
         self._pause_text_ready.clear()
         await self._cancel_decision()
@@ -137,9 +148,7 @@ class TurnDetector(FrameProcessor):
             ):
                 await self._end_turn()
                 return
-        waited = (self._clock.now_ms() - silence_started_ms) / 1000
-        await asyncio.sleep(max(0.0, self._settings.max_silence_secs - waited))
-        await self._end_turn()
+        self._fallback_at_ms = silence_started_ms + self._settings.max_silence_secs * 1000
 
     async def _sentence_done(self) -> bool:
         """Whether recognition's transcript at this pause ends a sentence (waits briefly)."""
@@ -156,6 +165,7 @@ class TurnDetector(FrameProcessor):
 
     async def _end_turn(self) -> None:
         self._in_turn = False
+        self._fallback_at_ms = None
         self._pause_text = ""
         self._pause_text_ready.clear()
         self._decision = None

@@ -38,6 +38,7 @@ from agent.audio import RecentAudio
 from agent.clock import CallClock
 from agent.frames import (
     PauseTranscriptFrame,
+    SpeculativeTranscriptFrame,
     SpeechPausedFrame,
     StageErrorFrame,
     TimelineEventFrame,
@@ -174,6 +175,7 @@ class StreamingWhisperSTT(FrameProcessor):
         if spec is self._speculation and self._utt is not None:
             text = self._utt.text(result)
             await self.push_frame(PauseTranscriptFrame(text=text), FrameDirection.UPSTREAM)
+            await self.push_frame(SpeculativeTranscriptFrame(text=text))  # the LLM may start
 
     async def _final_pass(self, utt: Utterance) -> tuple[str, float]:
         """The turn's final text and when it was ready (a failed pass: the last interim)."""

@@ -67,6 +67,17 @@ def test_turn_records_follow_the_replay_contract(run, manifest):
     assert "voice-to-voice p50" in done.stdout
 
 
+def test_answers_start_speculatively_at_the_pause(run):
+    """Clean single-sentence turns: the LLM is asked on the pause transcript, before turn_end."""
+    turns = records(run[0])
+    hits = [t for t in turns if t["llm"]["speculative"]]
+    assert hits, [t["llm"] for t in turns]
+    for turn in hits:
+        assert turn["events"]["llm_request"] < turn["events"]["turn_end"]
+        assert turn["gaps"]["stt_to_llm"] < 0
+        assert turn["events"]["first_audio_out"] > turn["events"]["turn_end"]
+
+
 def test_summary_has_percentiles_and_a_verdict(run):
     out, _ = run
     summary = json.loads((out / "summary.json").read_text())

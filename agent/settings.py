@@ -54,7 +54,7 @@ class ASRSettings(BaseModel):
     language: str | None = "en"
     compute_type: str = "int8"
     threads: int = Field(2, ge=1)
-    interim_interval_ms: int = Field(400, ge=100, description="run a pass every N ms of new speech")
+    interim_interval_ms: int = Field(300, ge=100, description="run a pass every N ms of new speech")
     pre_roll_ms: int = Field(600, ge=0, description="audio kept before the VAD start")
 
 
@@ -62,7 +62,7 @@ class TurnSettings(BaseModel):
     """Voice activity and end-of-turn detection."""
 
     vad_start_secs: float = Field(0.15, ge=0.02)
-    vad_stop_secs: float = Field(0.2, ge=0.05, description="VAD silence before speech 'stops'")
+    vad_stop_secs: float = Field(0.15, ge=0.05, description="VAD silence before speech 'stops'")
     vad_confidence: float = Field(0.6, gt=0, lt=1)
     smart_turn: bool = Field(True, description="ask Smart Turn v3 whether the turn is complete")
     smart_turn_lean: float = Field(

@@ -3,10 +3,11 @@
 For each clip, played at real-time pace through the turn detector and streaming recogniser
 (as in a call): the final transcript, the ``stt_final`` stage (turn_end -> final
 transcript), the gaps between interim transcripts during speech, and the decoder compute
-per second of audio. Baseline in the same run: faster-whisper's own offline
+per second of audio. Interim gaps count only while the caller speaks: a gap that spans a
+VAD pause is not one. Baseline in the same run: faster-whisper's own offline
 ``transcribe()`` of each whole file with the same model (its defaults: beam 5, 30 s window).
 
-    .venv/bin/python scripts/bench_stt.py [--rounds 3] [--out runs/bench_stt.json]
+    .venv/bin/python scripts/bench_stt.py [--rounds 3] [--interval-ms N] [--out FILE]
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numpy as np
 
 from agent import model_store
 from agent.audio import load_audio
-from agent.recognition.transcribe import transcribe_stream
+from agent.recognition.transcribe import TranscriptEvent, transcribe_stream
 from agent.recognition.whisper_decoder import RATE, WhisperDecoder
 from agent.settings import Settings
 from agent.timing.budget import rounded_percentile
@@ -35,15 +36,28 @@ def norm(text: str) -> str:
     return " ".join("".join(c if c.isalnum() or c in " '" else " " for c in text.lower()).split())
 
 
+def speaking_gaps(events: list[TranscriptEvent]) -> list[float]:
+    """Gaps between consecutive interims while the caller speaks (not across a VAD pause)."""
+    gaps, last = [], None
+    for e in events:
+        if e.kind == "interim":
+            if last is not None:
+                gaps.append(e.at_ms - last)
+            last = e.at_ms
+        elif e.kind in ("pause", "turn_end"):
+            last = None
+    return gaps
+
+
 class TimedDecoder(WhisperDecoder):
     """The decoder, adding up the time its passes take."""
 
     busy_secs = 0.0
 
-    def transcribe(self, audio: np.ndarray):  # type: ignore[override]
+    def transcribe(self, audio: np.ndarray, words: bool = False):  # type: ignore[override]
         start = time.perf_counter()
         try:
-            return super().transcribe(audio)
+            return super().transcribe(audio, words)
         finally:
             self.busy_secs += time.perf_counter() - start
 
@@ -52,8 +66,11 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("runs/bench_stt.json"))
+    parser.add_argument("--interval-ms", type=int, help="asr.interim_interval_ms to try")
     args = parser.parse_args()
     settings = Settings()
+    if args.interval_ms:
+        settings.asr.interim_interval_ms = args.interval_ms
     model_dir = model_store.resolve(settings.asr.model, "asr", settings.models_dir)
     decoder = TimedDecoder(
         model_dir, compute_type=settings.asr.compute_type, threads=settings.asr.threads,
@@ -69,10 +86,9 @@ async def main() -> None:
             events = await transcribe_stream(decoder, ReplayTurn(clip["file"], samples), settings)
             finals = [e for e in events if e.kind == "final"]
             ends = [e for e in events if e.kind == "turn_end"]
-            interims = [e.at_ms for e in events if e.kind == "interim"]
             turns_per_clip.setdefault(clip["file"], []).append(len(finals))
             stt_final += [f.at_ms - t.at_ms for f, t in zip(finals, ends, strict=False)]
-            interim_gaps += [b - a for a, b in zip(interims, interims[1:], strict=False)]
+            interim_gaps += speaking_gaps(events)
             audio_secs += len(samples) / RATE
             refs.append(norm(clip["text"]))
             ours.append(norm(" ".join(f.text for f in finals)) or "<empty>")
@@ -95,9 +111,12 @@ async def main() -> None:
             "p95": rounded_percentile(stt_final, 95),
             "n": len(stt_final),
         },
+        "interim_interval_ms": settings.asr.interim_interval_ms,
         "interim_gap_ms": {
             "p50": rounded_percentile(interim_gaps, 50),
+            "p95": rounded_percentile(interim_gaps, 95),
             "max": rounded_percentile(interim_gaps, 100),
+            "n": len(interim_gaps),
         },
         "offline_transcribe_ms": {
             "p50": rounded_percentile(offline_ms, 50),

@@ -123,6 +123,10 @@ async def test_call_answers_is_cut_off_by_the_caller_and_hangs_up(server, manife
     home = manifest["new_home_in_the_stars.wav"]["text"]
     assert wer(home, second["user_text"]) <= 0.25, second["user_text"]
     assert second["voice_to_voice_ms"] > 0 and second["bot_text"]
+    # What the caller heard: the phrases of the cut answer played whole before the barge-in.
+    assert first["bot_text"].startswith(first["spoken_text"])
+    assert len(first["spoken_text"]) < len(first["bot_text"])
+    assert second["spoken_text"] == second["bot_text"]
     info = json.loads((folder / "call.json").read_text())
     assert info["end_reason"] == "the phone sent stop"
     assert info["stream_sid"] == phone.stream_sid and info["marks_played"] >= 1

@@ -1,7 +1,8 @@
 """End of turn: Silero VAD with a short stop window, Smart Turn v3, a maximum-silence fallback.
 
 Frames out (audio passes straight through first, so recognition never waits on us):
-- ``UserStartedSpeakingFrame`` when a turn opens (and an interruption if the bot is talking);
+- ``UserStartedSpeakingFrame`` when a turn opens, and an interruption if the bot is talking
+  or about to (an answer to the last turn not spoken yet: that turn end was false);
 - ``SpeechPausedFrame`` the moment the VAD hears silence (recognition starts its
   speculative final pass), ``VADUserStartedSpeakingFrame`` if speech resumes in the turn;
 - ``VADUserStoppedSpeakingFrame`` when the stop window has passed;
@@ -36,7 +37,12 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from agent.audio import RecentAudio
 from agent.clock import CallClock
-from agent.frames import PauseTranscriptFrame, SpeechPausedFrame, TimelineEventFrame
+from agent.frames import (
+    NoReplyFrame,
+    PauseTranscriptFrame,
+    SpeechPausedFrame,
+    TimelineEventFrame,
+)
 from agent.settings import TurnSettings
 
 SMART_TURN_MAX_SECS = 8
@@ -64,6 +70,7 @@ class TurnDetector(FrameProcessor):
         self._state = VADState.QUIET
         self._in_turn = False
         self._bot_speaking = False
+        self._answer_pending = False  # a turn ended and its answer has not finished
         # What Smart Turn hears: the last 8 s, so the turn's start and its lead-in too.
         self._recent = RecentAudio(rate, SMART_TURN_MAX_SECS * 1000)
         self._silence_started: float | None = None
@@ -77,8 +84,8 @@ class TurnDetector(FrameProcessor):
         await self.push_frame(frame, direction)
         if isinstance(frame, BotStartedSpeakingFrame):
             self._bot_speaking = True
-        elif isinstance(frame, BotStoppedSpeakingFrame):
-            self._bot_speaking = False
+        elif isinstance(frame, BotStoppedSpeakingFrame | NoReplyFrame):
+            self._bot_speaking = self._answer_pending = False
         elif isinstance(frame, PauseTranscriptFrame):
             self._pause_text = frame.text
             self._pause_text_ready.set()
@@ -119,8 +126,9 @@ class TurnDetector(FrameProcessor):
             return
         self._in_turn = True
         await self.push_frame(TimelineEventFrame(event="speech_start", at_ms=start, exact=False))
-        if self._bot_speaking:
+        if self._bot_speaking or self._answer_pending:
             await self.broadcast_interruption()
+            self._answer_pending = False
         await self.broadcast_frame(UserStartedSpeakingFrame)
 
     async def _speech_resumed(self) -> None:
@@ -165,6 +173,7 @@ class TurnDetector(FrameProcessor):
 
     async def _end_turn(self) -> None:
         self._in_turn = False
+        self._answer_pending = True
         self._fallback_at_ms = None
         self._pause_text = ""
         self._pause_text_ready.clear()

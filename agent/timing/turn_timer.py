@@ -15,9 +15,11 @@ from pipecat.frames.frames import (
     LLMTextFrame,
     TranscriptionFrame,
     TTSAudioRawFrame,
+    TTSTextFrame,
     UserStoppedSpeakingFrame,
 )
 from pipecat.observers.base_observer import BaseObserver, FramePushed
+from pipecat.transports.base_output import BaseOutputTransport
 
 from agent.clock import CallClock
 from agent.frames import LLMUsageFrame, PhraseFrame, StageErrorFrame, TimelineEventFrame
@@ -46,6 +48,7 @@ class Turn:
     input: str | None = None
     user_text: str = ""
     bot_text: str = ""
+    spoken_text: str = ""
     events: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(EVENTS))
     exact: set[str] = field(default_factory=set)
     llm: dict[str, Any] = field(default_factory=dict)
@@ -59,6 +62,7 @@ class Turn:
             "input": self.input,
             "user_text": self.user_text.strip(),
             "bot_text": " ".join(self.bot_text.split()),
+            "spoken_text": " ".join(self.spoken_text.split()),
             "events": dict(self.events),
             "stages": stages,
             "gaps": gaps,
@@ -127,6 +131,11 @@ class TurnTimer(BaseObserver):
 
     async def on_push_frame(self, data: FramePushed) -> None:
         frame = data.frame
+        if isinstance(frame, TTSTextFrame) and isinstance(data.source, BaseOutputTransport):
+            turn = self._bot_turn()  # the output releases a phrase's text once it was played
+            if turn:
+                turn.spoken_text += " " + frame.text
+            return
         if not isinstance(frame, WATCHED) or frame.id in self._seen:
             return
         self._seen.add(frame.id)

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,3 +157,13 @@ def serving_in_process(
         loop.call_soon_threadsafe(stop[0].set)
         thread.join(60)
         loop.close()
+
+
+async def wait_until(check: Callable[[], bool], timeout: float) -> bool:
+    """Poll ``check`` every 0.1 s until it holds or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        await asyncio.sleep(0.1)
+    return check()

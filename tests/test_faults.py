@@ -13,7 +13,6 @@ import asyncio
 import json
 import os
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from agent.settings import Settings
 from agent.synthesis.piper_tts import PiperVoiceModel
 from agent.timing.budget import load_budget
 from tests.conftest import SAMPLES
-from tests.live_server import InProcessServer, serving_in_process
+from tests.live_server import InProcessServer, serving_in_process, wait_until
 
 RATE = 16000
 # Long answers, so there is an answer in progress to kill or hang up on.
@@ -145,15 +144,6 @@ async def ask(phone: PhoneCaller, clip: np.ndarray, timeout: float = 60) -> floa
     await asked.done.wait()
     reply = await phone.wait_for("media", asked.sent_at[-1] - 1.0, timeout)
     return reply.at if reply else None
-
-
-async def wait_until(check, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        await asyncio.sleep(0.1)
-    return check()
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ from agent.pipeline import AgentModels, llm_engine
 from agent.settings import Settings
 from agent.timing.budget import load_budget
 from tests.conftest import SAMPLES
-from tests.live_server import InProcessServer, serving_in_process
+from tests.live_server import InProcessServer, serving_in_process, wait_until
 
 RATE = 16000
 DATA = Path(__file__).parent / "data"
@@ -45,15 +45,6 @@ def records_of(served: InProcessServer, phone: PhoneCaller) -> tuple[list[dict],
                 lines = (folder / "turns.jsonl").read_text().splitlines()
                 return [json.loads(x) for x in lines], info
     raise AssertionError(f"no call folder for stream {phone.stream_sid}")
-
-
-async def wait_until(check, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        await asyncio.sleep(0.1)
-    return check()
 
 
 async def answered(phone: PhoneCaller, samples: np.ndarray, timeout: float = 60) -> bool:

@@ -15,7 +15,11 @@ from agent.audio import load_audio, speech_bounds
 from agent.clock import CallClock, CallRecorder
 from agent.pipeline import run_pipeline
 from agent.recognition.streaming_stt import StreamingWhisperSTT
-from agent.recognition.transcribe import TranscriptCollector, transcribe_stream
+from agent.recognition.transcribe import (
+    TranscriptCollector,
+    transcribe_once,
+    transcribe_stream,
+)
 from agent.recognition.turn_detector import TurnDetector
 from agent.recognition.utterance import agreed_prefix, drop_overlap
 from agent.recognition.whisper_decoder import RATE, WhisperDecoder, hallucination_cut
@@ -89,6 +93,15 @@ def test_a_turn_longer_than_30_s_loses_and_repeats_no_words(decoder, settings, m
     assert said.endswith("stars"), finals[0].text
     # tiny.en alone gets about a quarter of these words wrong ("Jadakzu and Greecey wash")
     assert wer(" ".join(reference), finals[0].text) <= 0.35, finals[0].text
+
+
+def test_offline_transcribe_reads_a_file_past_the_whisper_window(decoder, manifest):
+    clips = ["new_home_in_the_stars.wav", "ldc93s1.wav"] * 6
+    audio = np.concatenate([speech_only(c) for c in clips])
+    assert len(audio) / RATE > 30
+    said = normalise(transcribe_once(decoder, "long", audio).text)
+    assert said.count("we must find a new home in the stars") >= 5, said
+    assert said.split()[-1] in normalise(manifest["ldc93s1.wav"]["text"]).split(), said
 
 
 class FaultInjectionDecoder(WhisperDecoder):

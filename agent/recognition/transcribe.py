@@ -1,6 +1,8 @@
 """``voice-agent transcribe``: what the agent hears, for developers debugging recognition.
 
-Without ``--stream`` each file is decoded in one pass (our unpadded short-window decoder).
+Without ``--stream`` each file is decoded in one pass (our unpadded short-window decoder;
+a file longer than the 30 s Whisper window goes to faster-whisper's own ``transcribe()``,
+which walks through any length).
 With ``--stream`` the file is played at real-time pace through the same turn detector and
 streaming recogniser as a call, and every interim and final transcript is reported with the
 time it appeared.
@@ -27,7 +29,7 @@ from agent.frames import NoReplyFrame, SpeechPausedFrame, StageErrorFrame
 from agent.pipeline import run_pipeline
 from agent.recognition.streaming_stt import StreamingWhisperSTT
 from agent.recognition.turn_detector import TurnDetector
-from agent.recognition.whisper_decoder import RATE, WhisperDecoder
+from agent.recognition.whisper_decoder import MAX_WINDOW_SECS, RATE, WhisperDecoder
 from agent.settings import Settings
 from agent.transports.replay import ReplayInput, ReplayTurn
 
@@ -46,9 +48,14 @@ class TranscriptEvent:
 
 def transcribe_once(decoder: WhisperDecoder, name: str, samples: np.ndarray) -> TranscriptEvent:
     start = time.perf_counter()
-    result = decoder.transcribe(samples.astype(np.float32) / 32768.0)
+    audio = samples.astype(np.float32) / 32768.0
+    if len(audio) <= MAX_WINDOW_SECS * RATE:
+        text = decoder.transcribe(audio).text
+    else:
+        segments, _ = decoder.model.transcribe(audio, beam_size=1)
+        text = " ".join(s.text.strip() for s in segments)
     took = round((time.perf_counter() - start) * 1000, 1)
-    return TranscriptEvent(file=name, kind="final", at_ms=took, text=result.text)
+    return TranscriptEvent(file=name, kind="final", at_ms=took, text=text)
 
 
 class TranscriptCollector(FrameProcessor):

@@ -204,8 +204,7 @@ async def test_engine_killed_mid_answer_is_restarted_and_the_next_turn_is_answer
     first, second = turn_records(server.calls("phone")[-1])[:2]
     assert any("restarting the llama.cpp server" in e for e in first["errors"]), first["errors"]
     assert "lost my train of thought" in first["bot_text"], first["bot_text"]
-    assert second["errors"] == [] and second["bot_text"], second
-    assert "lost my train of thought" not in second["bot_text"]
+    assert second["errors"] == [] and second["llm"]["completion_tokens"] > 0, second
     assert engine.restarts == 1 and engine.server.pid != old_pid and engine.server.healthy()
 
 
@@ -315,18 +314,21 @@ async def test_slow_engine_gets_the_fallback_sentence_then_recovers(short):
     served, proxy = short
     async with PhoneCaller(served.url("/phone")) as phone:
         await asyncio.sleep(0.5)
-        proxy.delay = 45.0
+        proxy.delay = 18.0  # past the 15 s timeout
         assert await ask(phone, question()) is not None, "no fallback sentence"
         proxy.delay = 0.0
         assert await phone.wait_quiet(1.0, 60)
+        await asyncio.sleep(4.0)  # the held reply is let go: the next request has the engine
         assert await ask(phone, question("new_home_in_the_stars.wav")) is not None
         assert await phone.wait_quiet(1.0, 60)
         assert await phone.hang_up(30)
     first, second = turn_records(served.calls("phone")[-1])[:2]
     assert "lost my train of thought" in first["bot_text"] and first["errors"], first
     assert "Timeout" in first["errors"][0], first["errors"]
+    # No error: the engine answered (the tiny model may well echo the apology it sees in
+    # its history, so the words alone do not tell).
     assert second["errors"] == [] and second["bot_text"], second
-    assert "lost my train of thought" not in second["bot_text"]
+    assert second["llm"]["completion_tokens"] > 0, second["llm"]
 
 
 async def test_a_dead_primary_fails_over_to_the_fallback_url(settings):

@@ -55,7 +55,8 @@ def turn_from(record: dict[str, Any]) -> Turn:
     """The timer's turn that produced a record."""
     return Turn(
         number=record["turn"], input=record["input"], user_text=record["user_text"],
-        bot_text=record["bot_text"], events=dict(record["events"]), llm=record["llm"],
+        bot_text=record["bot_text"], spoken_text=record["spoken_text"],
+        events=dict(record["events"]), llm=record["llm"],
         errors=list(record["errors"]),
     )  # fmt: skip
 

@@ -1,8 +1,7 @@
 """End of turn: Silero VAD with a short stop window, Smart Turn v3, a maximum-silence fallback.
 
 Frames out (audio passes straight through first, so recognition never waits on us):
-- ``UserStartedSpeakingFrame`` when a turn opens, and an interruption if the bot is talking
-  or about to (an answer to the last turn not spoken yet: that turn end was false);
+- ``UserStartedSpeakingFrame`` when a turn opens (and an interruption if the bot is talking);
 - ``SpeechPausedFrame`` the moment the VAD hears silence (recognition starts its
   speculative final pass), ``VADUserStartedSpeakingFrame`` if speech resumes in the turn;
 - ``VADUserStoppedSpeakingFrame`` when the stop window has passed;
@@ -38,7 +37,6 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from agent.audio import RecentAudio
 from agent.clock import CallClock
 from agent.frames import (
-    NoReplyFrame,
     PauseTranscriptFrame,
     SpeechPausedFrame,
     TimelineEventFrame,
@@ -70,7 +68,6 @@ class TurnDetector(FrameProcessor):
         self._state = VADState.QUIET
         self._in_turn = False
         self._bot_speaking = False
-        self._answer_pending = False  # a turn ended and its answer has not finished
         # What Smart Turn hears: the last 8 s, so the turn's start and its lead-in too.
         self._recent = RecentAudio(rate, SMART_TURN_MAX_SECS * 1000)
         self._silence_started: float | None = None
@@ -84,8 +81,8 @@ class TurnDetector(FrameProcessor):
         await self.push_frame(frame, direction)
         if isinstance(frame, BotStartedSpeakingFrame):
             self._bot_speaking = True
-        elif isinstance(frame, BotStoppedSpeakingFrame | NoReplyFrame):
-            self._bot_speaking = self._answer_pending = False
+        elif isinstance(frame, BotStoppedSpeakingFrame):
+            self._bot_speaking = False
         elif isinstance(frame, PauseTranscriptFrame):
             self._pause_text = frame.text
             self._pause_text_ready.set()
@@ -126,9 +123,8 @@ class TurnDetector(FrameProcessor):
             return
         self._in_turn = True
         await self.push_frame(TimelineEventFrame(event="speech_start", at_ms=start, exact=False))
-        if self._bot_speaking or self._answer_pending:
+        if self._bot_speaking:
             await self.broadcast_interruption()
-            self._answer_pending = False
         await self.broadcast_frame(UserStartedSpeakingFrame)
 
     async def _speech_resumed(self) -> None:
@@ -156,7 +152,12 @@ class TurnDetector(FrameProcessor):
             ):
                 await self._end_turn()
                 return
-        self._fallback_at_ms = silence_started_ms + self._settings.max_silence_secs * 1000
+        fallback = silence_started_ms + self._settings.max_silence_secs * 1000
+        self._fallback_at_ms = fallback
+        # Also on the wall clock: a client may stop sending audio while it waits for us.
+        await asyncio.sleep(max(0.0, (fallback - self._clock.now_ms()) / 1000))
+        if self._fallback_at_ms == fallback:  # not ended by the audio clock, nor resumed
+            await self._end_turn()
 
     async def _sentence_done(self) -> bool:
         """Whether recognition's transcript at this pause ends a sentence (waits briefly)."""
@@ -173,7 +174,6 @@ class TurnDetector(FrameProcessor):
 
     async def _end_turn(self) -> None:
         self._in_turn = False
-        self._answer_pending = True
         self._fallback_at_ms = None
         self._pause_text = ""
         self._pause_text_ready.clear()

@@ -7,9 +7,9 @@ Frames out (audio passes straight through first, so recognition never waits on u
 - ``VADUserStoppedSpeakingFrame`` when the stop window has passed;
 - ``UserStoppedSpeakingFrame`` (``turn_end``) once Smart Turn calls the turn complete (or
   calls it likely, ``smart_turn_lean``, and recognition's pause transcript ends a sentence),
-  or the silence reaches ``max_silence_secs``, counted on the audio clock: checked as each
-  audio frame arrives (transports send audio all the time, silence included), which also
-  lets scripts/bench_endpointing.py run the detector faster than real time.
+  or the silence reaches ``max_silence_secs``: checked as each audio frame arrives (which
+  lets scripts/bench_endpointing.py run the detector faster than real time) and on the wall
+  clock too (a client may stop sending audio while it waits for the answer).
 """
 
 from __future__ import annotations

@@ -25,6 +25,16 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from agent.frames import NoReplyFrame, SpeculativeTranscriptFrame, SpeculativeTurnFrame
 
 
+def user_message(transcript: str) -> dict | None:
+    """The user message a transcript makes, or None when it has no words to answer.
+
+    Speculative and final turns build it the same way, so a speculation hits only when
+    the final transcript is the pause transcript.
+    """
+    text = transcript.strip()
+    return {"role": "user", "content": text} if any(ch.isalnum() for ch in text) else None
+
+
 class UserTurnAggregator(FrameProcessor):
     """Final transcript -> user message in the context -> LLMContextFrame.
 
@@ -39,19 +49,19 @@ class UserTurnAggregator(FrameProcessor):
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
         if isinstance(frame, SpeculativeTranscriptFrame):
-            text = frame.text.strip()
-            if any(ch.isalnum() for ch in text):
-                messages = [*self._context.get_messages(), {"role": "user", "content": text}]
+            message = user_message(frame.text)
+            if message is not None:
+                messages = [*self._context.get_messages(), message]
                 await self.push_frame(SpeculativeTurnFrame(messages=messages))
             return
         if not isinstance(frame, TranscriptionFrame):
             await self.push_frame(frame, direction)
             return
-        text = frame.text.strip()
-        if not any(ch.isalnum() for ch in text):
+        message = user_message(frame.text)
+        if message is None:
             await self.push_frame(NoReplyFrame(), FrameDirection.UPSTREAM)
             return
-        self._context.add_message({"role": "user", "content": text})
+        self._context.add_message(message)
         await self.push_frame(frame, direction)
         await self.push_frame(LLMContextFrame(context=self._context))
 

@@ -31,7 +31,7 @@ from agent.llm.llama_server import LlamaServer
 from agent.llm.service import StreamingLLM
 from agent.llm.vllm_server import VllmServer
 from agent.recognition.streaming_stt import StreamingWhisperSTT
-from agent.recognition.turn_detector import TurnDetector
+from agent.recognition.turn_detector import TurnDetector, TurnModels
 from agent.recognition.whisper_decoder import WhisperDecoder
 from agent.settings import Settings
 from agent.synthesis.chunker import PhraseChunker
@@ -45,6 +45,7 @@ class AgentModels:
 
     decoder: WhisperDecoder
     voice: PiperVoiceModel
+    turn: TurnModels
 
     @classmethod
     def load(cls, settings: Settings) -> AgentModels:
@@ -60,7 +61,7 @@ class AgentModels:
             voice_path, length_scale=settings.tts.length_scale, threads=settings.tts.threads
         )
         voice.synthesize("Ready.", settings.sample_rate)  # first ONNX run is slow: do it now
-        return cls(decoder=decoder, voice=voice)
+        return cls(decoder=decoder, voice=voice, turn=TurnModels.load())
 
 
 @contextmanager
@@ -105,7 +106,7 @@ def build_pipeline(
     return Pipeline(
         [
             transport_in,
-            TurnDetector(settings.turn, clock, rate=rate),
+            TurnDetector(settings.turn, models.turn, clock, rate=rate),
             StreamingWhisperSTT(models.decoder, settings.asr, clock, rate=rate),
             UserTurnAggregator(context),
             StreamingLLM(engine, settings.llm, clock),

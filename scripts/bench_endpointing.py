@@ -44,7 +44,7 @@ from agent.audio import load_audio, speech_bounds
 from agent.clock import CallClock
 from agent.pipeline import run_pipeline
 from agent.recognition.streaming_stt import StreamingWhisperSTT
-from agent.recognition.turn_detector import TurnDetector
+from agent.recognition.turn_detector import TurnDetector, TurnModels
 from agent.recognition.whisper_decoder import RATE, WhisperDecoder
 from agent.settings import Settings, TurnSettings
 from agent.timing.budget import rounded_percentile
@@ -192,10 +192,14 @@ def score(turns: list[Turn], ends_ms: list[float]) -> dict:
 
 
 async def run_one(
-    turns: list[Turn], turn: TurnSettings, decoder: WhisperDecoder, settings: Settings
+    turns: list[Turn],
+    turn: TurnSettings,
+    models: tuple[WhisperDecoder, TurnModels],
+    settings: Settings,
 ) -> dict:
+    decoder, turn_models = models
     clock = AudioClock()
-    detector = TurnDetector(turn, clock, rate=RATE)
+    detector = TurnDetector(turn, turn_models, clock, rate=RATE)
     feeder = Feeder(turns, clock, detector)
     stages: list[FrameProcessor] = [feeder, detector]
     if turn.smart_turn:  # its pause-transcript rule needs the recogniser
@@ -216,6 +220,7 @@ async def main() -> None:
         compute_type=settings.asr.compute_type, threads=settings.asr.threads,
         language=settings.asr.language,
     )  # fmt: skip
+    turn_models = TurnModels.load()
     turns = build_turns()
     rows = []
     for stop, smart, max_silence in itertools.product(STOP_WINDOWS, (False, True), MAX_SILENCES):
@@ -223,7 +228,7 @@ async def main() -> None:
             update={"vad_stop_secs": stop, "smart_turn": smart, "max_silence_secs": max_silence}
         )
         row = {"vad_stop_secs": stop, "smart_turn": smart, "max_silence_secs": max_silence}
-        row |= await run_one(turns, turn, decoder, settings)
+        row |= await run_one(turns, turn, (decoder, turn_models), settings)
         rows.append(row)
         e = row["endpointing_ms"]
         print(

@@ -176,7 +176,7 @@ def short(models, server, tmp_path_factory) -> Iterator[tuple[InProcessServer, D
     engine = OpenAIChatEngine(f"http://127.0.0.1:{proxy.port}/v1", "smollm2", settings.llm)
     voice = FaultInjectedVoice(models.voice)
     decoder = FaultInjectedDecoder(models.decoder)
-    faulty = AgentModels(decoder=decoder, voice=voice)  # type: ignore[arg-type]
+    faulty = AgentModels(decoder=decoder, voice=voice, turn=models.turn)  # type: ignore[arg-type]
     runtime = Runtime(settings, faulty, engine, load_budget(settings.budget_file))
     with serving_in_process(runtime, tmp_path_factory.mktemp("short-calls")) as running:
         yield running, proxy

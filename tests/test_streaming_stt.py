@@ -20,7 +20,7 @@ from agent.recognition.transcribe import (
     transcribe_once,
     transcribe_stream,
 )
-from agent.recognition.turn_detector import TurnDetector
+from agent.recognition.turn_detector import TurnDetector, TurnModels
 from agent.recognition.utterance import agreed_prefix, drop_overlap
 from agent.recognition.whisper_decoder import RATE, WhisperDecoder, hallucination_cut
 from agent.transports.replay import ReplayInput, ReplayTurn
@@ -143,7 +143,7 @@ def test_a_failing_decoder_reports_a_stage_error_and_the_next_turn_is_recognised
     pipeline = Pipeline(
         [
             ReplayInput(turns, clock, CallRecorder(RATE), rate=RATE, answer_timeout_secs=5),
-            TurnDetector(settings.turn, clock, rate=RATE),
+            TurnDetector(settings.turn, TurnModels.load(), clock, rate=RATE),
             StreamingWhisperSTT(faulty, settings.asr, clock, rate=RATE),
             HealAfterFirstFinal(faulty),
             TranscriptCollector("call", clock, events),

@@ -28,7 +28,7 @@ from agent.clock import CallClock, CallRecorder
 from agent.frames import NoReplyFrame, SpeechPausedFrame, StageErrorFrame
 from agent.pipeline import run_pipeline
 from agent.recognition.streaming_stt import StreamingWhisperSTT
-from agent.recognition.turn_detector import TurnDetector
+from agent.recognition.turn_detector import TurnDetector, TurnModels
 from agent.recognition.whisper_decoder import MAX_WINDOW_SECS, RATE, WhisperDecoder
 from agent.settings import Settings
 from agent.transports.replay import ReplayInput, ReplayTurn
@@ -96,7 +96,7 @@ async def transcribe_stream(
     pipeline = Pipeline(
         [
             ReplayInput(turns, clock, CallRecorder(RATE), rate=RATE, answer_timeout_secs=5),
-            TurnDetector(settings.turn, clock, rate=RATE),
+            TurnDetector(settings.turn, TurnModels.load(), clock, rate=RATE),
             StreamingWhisperSTT(decoder, settings.asr, clock, rate=RATE),
             TranscriptCollector(" + ".join(t.name for t in turns), clock, events),
         ]

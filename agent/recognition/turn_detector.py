@@ -15,11 +15,13 @@ Frames out (audio passes straight through first, so recognition never waits on u
 from __future__ import annotations
 
 import asyncio
+import copy
+from dataclasses import dataclass
 
 import numpy as np
 from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
-from pipecat.audio.vad.silero import SileroVADAnalyzer
-from pipecat.audio.vad.vad_analyzer import VADParams, VADState
+from pipecat.audio.vad.silero import SileroOnnxModel, SileroVADAnalyzer
+from pipecat.audio.vad.vad_analyzer import VADAnalyzer, VADParams, VADState
 from pipecat.frames.frames import (
     BotStartedSpeakingFrame,
     BotStoppedSpeakingFrame,
@@ -47,15 +49,47 @@ SMART_TURN_MAX_SECS = 8
 PAUSE_TEXT_WAIT_SECS = 0.3  # how long a likely end of turn waits for the pause transcript
 
 
+@dataclass
+class TurnModels:
+    """The Silero VAD and Smart Turn ONNX sessions, loaded once per process.
+
+    A session per call leaked: scripts/soak.py grew about 230 MiB a minute with 4 callers,
+    80 MiB without Smart Turn. onnxruntime sessions may be run from many threads at once;
+    what belongs to one call (Silero's recurrent state) lives in ``SharedSileroVAD``.
+    """
+
+    silero: SileroOnnxModel
+    smart_turn: LocalSmartTurnAnalyzerV3  # loaded even when off: a call's settings may turn it on
+
+    @classmethod
+    def load(cls) -> TurnModels:
+        template = SileroVADAnalyzer()  # finds pipecat's bundled model file
+        return cls(silero=template._model, smart_turn=LocalSmartTurnAnalyzerV3())
+
+
+class SharedSileroVAD(SileroVADAnalyzer):
+    """Silero VAD for one call on the process's ONNX session (pipecat 1.14's attributes)."""
+
+    def __init__(self, model: SileroOnnxModel, *, sample_rate: int, params: VADParams) -> None:
+        VADAnalyzer.__init__(self, sample_rate=sample_rate, params=params)
+        self._model = copy.copy(model)  # same session, state of its own
+        self._model.reset_states()
+        self._windows_since_reset = 0
+        self._low_confidence_windows = 0
+
+
 class TurnDetector(FrameProcessor):
     """Decides when the caller starts and finishes a turn."""
 
-    def __init__(self, settings: TurnSettings, clock: CallClock, *, rate: int) -> None:
+    def __init__(
+        self, settings: TurnSettings, models: TurnModels, clock: CallClock, *, rate: int
+    ) -> None:
         super().__init__()
         self._settings = settings
         self._clock = clock
         self._rate = rate
-        self._vad = SileroVADAnalyzer(
+        self._vad = SharedSileroVAD(
+            models.silero,
             sample_rate=rate,
             params=VADParams(
                 confidence=settings.vad_confidence,
@@ -64,7 +98,7 @@ class TurnDetector(FrameProcessor):
             ),
         )
         self._vad.set_sample_rate(rate)
-        self._smart_turn = LocalSmartTurnAnalyzerV3() if settings.smart_turn else None
+        self._smart_turn = models.smart_turn if settings.smart_turn else None
         self._state = VADState.QUIET
         self._in_turn = False
         self._bot_speaking = False
@@ -88,6 +122,7 @@ class TurnDetector(FrameProcessor):
             self._pause_text_ready.set()
         elif isinstance(frame, EndFrame | CancelFrame):
             await self._cancel_decision()
+            await self._vad.cleanup()  # its analysis thread
         elif isinstance(frame, InputAudioRawFrame):
             await self._on_audio(frame.audio)
 

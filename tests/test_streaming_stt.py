@@ -171,3 +171,23 @@ def test_local_agreement_and_loop_cut():
     committed = "we must find a new home".split()
     assert drop_overlap(committed, "home in the stars".split()) == "in the stars".split()
     assert drop_overlap(committed, "in the stars".split()) == "in the stars".split()
+
+
+def test_a_closing_stamp_past_the_audio_keeps_real_words_and_drops_made_up_ones(decoder):
+    """Whisper stamped a whole 8 kHz phone turn 0.0-5.0 s on 3.15 s of audio; it was lost."""
+
+    def ids(start: float, text: str, end: float) -> list[int]:
+        stamp = decoder.tokenizer.timestamp_begin
+        words = decoder.tokenizer.encode(text)
+        return [stamp + round(start / 0.02), *words, stamp + round(end / 0.02)]
+
+    real, looped = decoder._parse(
+        ids(0.0, " We must find a new home in the stars.", 5.0), 3.15, 3.65
+    )
+    assert real.text == "We must find a new home in the stars." and not looped
+    assert real.segments[-1].end == 3.15
+    # Eleven words in the last second of audio, stamped past it: made up.
+    tail = ids(0.0, " We must find a new home.", 1.5)
+    tail += ids(2.1, " Thank you so much for watching and see you next time.", 5.0)
+    made_up, _ = decoder._parse(tail, 3.15, 3.65)
+    assert made_up.text == "We must find a new home."

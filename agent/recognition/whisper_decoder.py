@@ -213,9 +213,15 @@ class WhisperDecoder:
             )
         kept: list[Segment] = []
         for seg in segments:
-            # Text that starts at the very end, or ends past the window, is made up.
-            if not _words(seg.text) or seg.start >= secs - 0.3 or seg.end > window:
-                continue
+            if not _words(seg.text) or seg.start >= secs - 0.3:
+                continue  # text that starts at the very end is made up
+            if seg.end > window:
+                # Made up too when its words could not fit in the audio after its start;
+                # otherwise only its closing stamp is off (8 kHz phone speech: a whole
+                # turn came back stamped 0.0-5.0 s on 3.2 s of audio, and was lost).
+                if len(_words(seg.text)) > (secs - seg.start) * MAX_WORDS_PER_SEC:
+                    continue
+                seg.end = secs
             kept.append(seg)
         text = "".join(seg.text for seg in kept)
         words = text.split()

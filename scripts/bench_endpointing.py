@@ -192,14 +192,10 @@ def score(turns: list[Turn], ends_ms: list[float]) -> dict:
 
 
 async def run_one(
-    turns: list[Turn],
-    turn: TurnSettings,
-    models: tuple[WhisperDecoder, TurnModels],
-    settings: Settings,
+    turns: list[Turn], turn: TurnSettings, decoder: WhisperDecoder, settings: Settings
 ) -> dict:
-    decoder, turn_models = models
     clock = AudioClock()
-    detector = TurnDetector(turn, turn_models, clock, rate=RATE)
+    detector = TurnDetector(turn, TurnModels.load(), clock, rate=RATE)
     feeder = Feeder(turns, clock, detector)
     stages: list[FrameProcessor] = [feeder, detector]
     if turn.smart_turn:  # its pause-transcript rule needs the recogniser
@@ -220,7 +216,6 @@ async def main() -> None:
         compute_type=settings.asr.compute_type, threads=settings.asr.threads,
         language=settings.asr.language,
     )  # fmt: skip
-    turn_models = TurnModels.load()
     turns = build_turns()
     rows = []
     for stop, smart, max_silence in itertools.product(STOP_WINDOWS, (False, True), MAX_SILENCES):
@@ -228,7 +223,7 @@ async def main() -> None:
             update={"vad_stop_secs": stop, "smart_turn": smart, "max_silence_secs": max_silence}
         )
         row = {"vad_stop_secs": stop, "smart_turn": smart, "max_silence_secs": max_silence}
-        row |= await run_one(turns, turn, (decoder, turn_models), settings)
+        row |= await run_one(turns, turn, decoder, settings)
         rows.append(row)
         e = row["endpointing_ms"]
         print(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,6 +63,7 @@ class TurnModels:
     smart_turn: LocalSmartTurnAnalyzerV3  # loaded even when off: a call's settings may turn it on
 
     @classmethod
+    @functools.cache  # once per process, however many pipelines ask
     def load(cls) -> TurnModels:
         template = SileroVADAnalyzer()  # finds pipecat's bundled model file
         return cls(silero=template._model, smart_turn=LocalSmartTurnAnalyzerV3())

@@ -89,3 +89,11 @@ class SpeculativeTurnFrame(SystemFrame):
     """To the LLM stage: the messages the turn will have if the pause transcript is final."""
 
     messages: list = field(default_factory=list)
+
+
+@dataclass
+class PartialTurnFrame(SystemFrame):
+    """To the LLM stage: the messages of the turn so far (an interim transcript as the user
+    message), for the engine to prefill while the caller is still speaking."""
+
+    messages: list = field(default_factory=list)

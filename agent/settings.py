@@ -113,6 +113,9 @@ class LLMSettings(BaseModel):
     speculate: bool = Field(
         True, description="start the answer on the pause transcript, before the turn ends"
     )
+    prefill_while_speaking: bool = Field(
+        True, description="prefill each interim transcript, so the turn's end prefills little"
+    )
     vllm_python: Path = Field(
         PROJECT_ROOT / ".venv-vllm" / "bin" / "python",
         description="python with vLLM installed (engine=vllm; scripts/setup_vllm.sh makes it)",

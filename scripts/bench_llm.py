@@ -2,9 +2,13 @@
 
 Runs a 10-turn conversation (the same user texts for every configuration, alternating
 configurations turn by turn so drift hits all of them alike) against:
-  - llama-inprocess (llama.cpp inside this process),
-  - llama-server (llama.cpp's OpenAI server on loopback, through the OpenAI client),
-each with and without pre-warming the static system prompt, then a concurrency sweep
+  - llama-inprocess (llama.cpp inside this process), with and without prefill while the
+    caller speaks (as the agent does on interim transcripts: here the turn without its last
+    two words, which the last interim usually lacks, is prefilled before the request),
+  - llama-server (llama.cpp's OpenAI server on loopback, through the OpenAI client), with
+    and without pre-warming the static system prompt.
+Between turns each arm does what the agent does while the bot speaks: when the next turn
+will drop old history, its new prefix is prefilled. Then a concurrency sweep
 (1, 2, 4 simultaneous conversations against one llama.cpp server): per-call TTFT and total
 tokens/s. Then barge-in: a long answer is stopped by the client after a few tokens, and
 the time from that decision until the engine stops decoding is measured per engine.
@@ -34,7 +38,7 @@ import httpx
 from agent import model_store
 from agent.llm.engines import ChatEngine, InProcessLlama, OpenAIChatEngine, Usage
 from agent.llm.llama_server import LlamaServer
-from agent.llm.prompt import prompt_messages
+from agent.llm.prompt import prefix_after_trim, prompt_messages
 from agent.llm.vllm_server import VllmServer
 from agent.settings import Settings
 from agent.timing.budget import rounded_percentile
@@ -52,6 +56,8 @@ USER_TURNS = [
     "How far away is it?",
     "Thanks, that is all for today.",
 ]
+
+STREAMING = "llama-inprocess (pre-warm, prefill while speaking)"
 
 
 async def one_turn(engine: ChatEngine, messages: list[dict], max_tokens: int) -> dict:
@@ -75,8 +81,17 @@ async def one_turn(engine: ChatEngine, messages: list[dict], max_tokens: int) ->
     }
 
 
+def so_far(text: str, words_left: int = 2) -> str:
+    """The turn as its last interim transcript has it: without its last words."""
+    return " ".join(text.split()[:-words_left])
+
+
 async def conversation(
-    engines: dict[str, ChatEngine], settings: Settings, turns: int, prewarm: set[str]
+    engines: dict[str, ChatEngine],
+    settings: Settings,
+    turns: int,
+    prewarm: set[str],
+    prefill_while_speaking: set[str] = frozenset(),
 ) -> dict[str, list[dict]]:
     """The same conversation on every engine, turn by turn, alternating engines."""
     s = settings.llm
@@ -87,9 +102,18 @@ async def conversation(
     results: dict[str, list[dict]] = {name: [] for name in engines}
     for i in range(turns):
         for name, engine in engines.items():
-            history[name].append({"role": "user", "content": USER_TURNS[i % len(USER_TURNS)]})
+            said = USER_TURNS[i % len(USER_TURNS)]
+            if name in prefill_while_speaking:
+                partial = [*history[name], {"role": "user", "content": so_far(said)}]
+                await engine.prefill(prompt_messages(s.system_prompt, partial, s.history_turns))
+            history[name].append({"role": "user", "content": said})
             messages = prompt_messages(s.system_prompt, history[name], s.history_turns)
             result = await one_turn(engine, messages, s.max_tokens)
+            after_trim = prefix_after_trim(
+                s.system_prompt, history[name], result["text"], s.history_turns
+            )
+            if after_trim is not None:
+                await one_turn(engine, after_trim, 1)
             history[name].append({"role": "assistant", "content": result["text"]})
             results[name].append(result)
     return results
@@ -273,6 +297,7 @@ async def main() -> None:
     with LlamaServer(gguf, settings.llm) as server, LlamaServer(gguf, settings.llm) as cold_srv:
         inproc = InProcessLlama(gguf, settings.llm)  # pre-warms itself on load
         engines: dict[str, ChatEngine] = {
+            STREAMING: InProcessLlama(gguf, settings.llm),
             "llama-inprocess (pre-warm)": inproc,
             "llama-server (pre-warm)": OpenAIChatEngine(server.base_url, gguf.stem, settings.llm),
             "llama-server (no pre-warm)": OpenAIChatEngine(
@@ -280,7 +305,7 @@ async def main() -> None:
             ),
         }
         results = await conversation(
-            engines, settings, args.turns, prewarm={"llama-server (pre-warm)"}
+            engines, settings, args.turns, {"llama-server (pre-warm)"}, {STREAMING}
         )
         report["engines"] = {name: summary(rows) for name, rows in results.items()}
         report["turns"] = results
@@ -299,16 +324,19 @@ async def main() -> None:
         report["engines"][vllm["name"]] = vllm["summary"]
         results[vllm["name"]] = report["turns"][vllm["name"]] = vllm["turns"]
         report["barge_in"]["vllm"] = vllm["barge_in"]
-    print(f"{'engine':<30} {'turn1':>7} {'p50':>7} {'p95':>7} {'cached':>7}")
+    print(f"{'engine':<48} {'turn1':>7} {'p50':>7} {'p95':>7} {'cached':>7}")
     for name, row in report["engines"].items():
         print(
-            f"{name:<30} {row['first_turn_ttft_ms']:>7} {row['ttft_p50_ms']:>7} "
+            f"{name:<48} {row['first_turn_ttft_ms']:>7} {row['ttft_p50_ms']:>7} "
             f"{row['ttft_p95_ms']:>7} {row['cached_ratio_turn2_on']!s:>7}"
         )
     base = report["engines"]["llama-server (pre-warm)"]["ttft_p50_ms"]
     fast = report["engines"]["llama-inprocess (pre-warm)"]["ttft_p50_ms"]
     report["inprocess_vs_server_p50_ratio"] = round(fast / base, 2)
     print(f"in-process / server TTFT p50 ratio: {report['inprocess_vs_server_p50_ratio']}")
+    streamed = report["engines"][STREAMING]["ttft_p50_ms"]
+    report["prefill_while_speaking_p50_ratio"] = round(streamed / fast, 2)
+    print(f"prefill while speaking / not, TTFT p50 ratio: {streamed / fast:.2f}")
     print(f"{'calls':>5} {'ttft p50':>9} {'ttft p95':>9} {'tok/s':>7}")
     for row in report["concurrency"]:
         print(

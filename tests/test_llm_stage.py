@@ -6,6 +6,7 @@ import socket
 
 import pytest
 from pipecat.frames.frames import (
+    InterimTranscriptionFrame,
     InterruptionFrame,
     LLMContextFrame,
     LLMFullResponseEndFrame,
@@ -19,7 +20,13 @@ from pipecat.tests.utils import SleepFrame, run_test
 
 from agent import model_store
 from agent.clock import CallClock
-from agent.frames import LLMUsageFrame, SpeculativeTurnFrame, TimelineEventFrame
+from agent.frames import (
+    LLMUsageFrame,
+    PartialTurnFrame,
+    SpeculativeTurnFrame,
+    TimelineEventFrame,
+)
+from agent.llm.context import UserTurnAggregator
 from agent.llm.engines import InProcessLlama, OpenAIChatEngine
 from agent.llm.prompt import prompt_messages
 from agent.llm.service import FALLBACK, StreamingLLM
@@ -156,3 +163,52 @@ async def test_a_changed_or_resumed_turn_drops_the_speculative_answer(inprocess,
     (usage,) = [f for f in down if isinstance(f, LLMUsageFrame)]
     assert not usage.speculative and usage.speculation_misses == 2
     assert len(event_at(down, "llm_request")) == 1
+
+
+@pytest.mark.parametrize("prefill", [False, True])
+async def test_the_turn_so_far_is_prefilled_while_the_caller_speaks(inprocess, settings, prefill):
+    llm = StreamingLLM(
+        inprocess,
+        settings.llm.model_copy(
+            update={"keepalive_secs": 0, "max_tokens": 4, "prefill_while_speaking": prefill}
+        ),
+        CallClock(),
+    )
+    said = f"Could you tell me how far the {'moon' if prefill else 'sun'} is from the earth?"
+    so_far = context(said.rsplit(" ", 2)[0])  # the last interim lacks the last two words
+    down, _ = await run_test(
+        llm,
+        frames_to_send=[
+            PartialTurnFrame(messages=list(so_far.messages)),
+            SleepFrame(sleep=1.0),  # the caller says the last words
+            LLMContextFrame(context=context(said)),
+            SleepFrame(sleep=2.0),
+        ],
+    )
+    (usage,) = [f for f in down if isinstance(f, LLMUsageFrame)]
+    # Left to prefill at the turn's end: the user text and the answer header, or (prefilled)
+    # only its last two words and the header.
+    header = inprocess.llm.tokenize(b"<|im_end|>\n<|im_start|>assistant\n", False, True)
+    last_words = inprocess.llm.tokenize(b" the earth?", add_bos=False)
+    left = usage.prompt_tokens - usage.cached_tokens
+    if prefill:
+        assert left <= len(header) + len(last_words) + 1
+    else:
+        assert left > len(header) + len(last_words) + 5
+
+
+async def test_interim_transcripts_pass_on_and_offer_the_turn_so_far():
+    earlier = [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello!"}]
+    ctx = LLMContext(messages=list(earlier))
+    interims = [
+        InterimTranscriptionFrame(text=text, user_id="caller", timestamp="")
+        for text in ("How far is", " ... ")  # the second has no words to prefill
+    ]
+    down, _ = await run_test(UserTurnAggregator(ctx), frames_to_send=interims)
+    assert [type(f) for f in down] == [
+        InterimTranscriptionFrame,
+        PartialTurnFrame,
+        InterimTranscriptionFrame,
+    ]
+    assert down[1].messages == [*earlier, {"role": "user", "content": "How far is"}]
+    assert ctx.get_messages() == earlier  # the context takes only final transcripts

@@ -2,7 +2,8 @@
 
 ``UserTurnAggregator`` (after recognition) adds each final transcript as a user message and
 asks the LLM for an answer (at a pause, for a speculative one); an empty transcript asks
-for nothing and says so upstream.
+for nothing and says so upstream. Each interim transcript offers the turn so far for
+prefilling.
 ``SpokenTextAggregator`` (after the output transport) adds what the bot actually said:
 only phrases whose audio was written reach it, so after a barge-in the context holds the
 spoken part, not what the model wrote.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from pipecat.frames.frames import (
     Frame,
+    InterimTranscriptionFrame,
     InterruptionFrame,
     LLMContextFrame,
     LLMFullResponseEndFrame,
@@ -22,7 +24,12 @@ from pipecat.frames.frames import (
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
-from agent.frames import NoReplyFrame, SpeculativeTranscriptFrame, SpeculativeTurnFrame
+from agent.frames import (
+    NoReplyFrame,
+    PartialTurnFrame,
+    SpeculativeTranscriptFrame,
+    SpeculativeTurnFrame,
+)
 
 
 def user_message(transcript: str) -> dict | None:
@@ -39,20 +46,29 @@ class UserTurnAggregator(FrameProcessor):
     """Final transcript -> user message in the context -> LLMContextFrame.
 
     A pause transcript becomes a ``SpeculativeTurnFrame``: the messages the turn will have
-    if that transcript is final, without touching the context.
+    if that transcript is final, without touching the context; an interim transcript, passed
+    on, also becomes a ``PartialTurnFrame`` of the turn so far.
     """
 
     def __init__(self, context: LLMContext) -> None:
         super().__init__()
         self._context = context
 
+    def _turn_with(self, transcript: str) -> list[dict] | None:
+        """The context's messages with ``transcript`` as the new user message (None: no words)."""
+        message = user_message(transcript)
+        return None if message is None else [*self._context.get_messages(), message]
+
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
         if isinstance(frame, SpeculativeTranscriptFrame):
-            message = user_message(frame.text)
-            if message is not None:
-                messages = [*self._context.get_messages(), message]
-                await self.push_frame(SpeculativeTurnFrame(messages=messages))
+            if (turn := self._turn_with(frame.text)) is not None:
+                await self.push_frame(SpeculativeTurnFrame(messages=turn))
+            return
+        if isinstance(frame, InterimTranscriptionFrame):
+            await self.push_frame(frame, direction)
+            if (turn := self._turn_with(frame.text)) is not None:
+                await self.push_frame(PartialTurnFrame(messages=turn))
             return
         if not isinstance(frame, TranscriptionFrame):
             await self.push_frame(frame, direction)

@@ -2,7 +2,8 @@
 
 Both stream the OpenAI chat schema's content deltas and end with a ``Usage``. Stopping the
 iteration (an interruption) stops decoding: the HTTP stream is closed, or the in-process
-generator is abandoned at the next token.
+generator is abandoned at the next token. ``prefill`` takes the turn so far (the caller's
+words while they still speak) so that at the turn's end only its last words are prefilled.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ class ChatEngine(Protocol):
     def stream(
         self, messages: list[dict[str, Any]], *, max_tokens: int, temperature: float
     ) -> AsyncIterator[str | Usage]: ...
+
+    async def prefill(self, messages: list[dict[str, Any]]) -> None:
+        """Put the prompt up to the last message's text so far in the engine's cache."""
 
 
 class OpenAIChatEngine:
@@ -74,6 +78,10 @@ class OpenAIChatEngine:
                     yield chunk.choices[0].delta.content
         yield usage
 
+    async def prefill(self, messages: list[dict[str, Any]]) -> None:
+        """Nothing: the OpenAI schema cannot send an unfinished message (servers prefill at
+        request time, reusing their cached prefix)."""
+
 
 class InProcessLlama:
     """llama.cpp inside the agent process: no HTTP hop, and it counts its cached prefix.
@@ -100,12 +108,14 @@ class InProcessLlama:
             verbose=False,
         )
         eos = self.llm.token_eos()
+        self._stop = [self.llm.detokenize([eos], special=True).decode()]
         self._format = Jinja2ChatFormatter(
             template=self.llm.metadata["tokenizer.chat_template"],
-            eos_token=self.llm.detokenize([eos], special=True).decode(),
+            eos_token=self._stop[0],
             bos_token=self.llm.detokenize([self.llm.token_bos()], special=True).decode(),
             stop_token_ids=[eos],
         )
+        self._reserve = settings.max_tokens  # room a prefill leaves for the answer
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
         # Load the weights into memory and prefill the static system prompt before any call.
         warmup = [
@@ -114,23 +124,49 @@ class InProcessLlama:
         ]
         self._generate(warmup, 1, 0.0, lambda _: None, threading.Event())
 
-    def _generate(
-        self, messages: list[dict[str, Any]], max_tokens: int, temperature: float,
-        emit: Any, stop: threading.Event,
-    ) -> Usage:  # fmt: skip
+    def _tokens(self, messages: list[dict[str, Any]], *, open_end: bool = False) -> list[int]:
+        """The prompt's tokens; ``open_end``: cut right after the last message's text, so it
+        is the prefix the full prompt will have when that message is finished."""
         formatted = self._format(messages=messages)
-        tokens = self.llm.tokenize(
-            formatted.prompt.encode("utf-8"), add_bos=not formatted.added_special, special=True
-        )
+        prompt = formatted.prompt
+        if open_end:
+            text = messages[-1]["content"]
+            end = prompt.rfind(text)
+            prompt = prompt[: end + len(text)] if end >= 0 and text else ""
+        add_bos = not formatted.added_special
+        return self.llm.tokenize(prompt.encode("utf-8"), add_bos=add_bos, special=True)
+
+    def _cached(self, tokens: list[int]) -> int:
+        """How many leading tokens of ``tokens`` the KV cache already holds."""
         cached = 0
         for a, b in zip(self.llm._input_ids, tokens, strict=False):
             if a != b:
                 break
             cached += 1
+        return cached
+
+    def _prefill(self, messages: list[dict[str, Any]]) -> None:
+        tokens = self._tokens(messages, open_end=True)
+        cached = self._cached(tokens)
+        if cached == len(tokens) or len(tokens) >= self.llm.n_ctx() - self._reserve:
+            return
+        self.llm.n_tokens = cached  # eval() drops the cache past this point first
+        self.llm.eval(tokens[cached:])
+
+    async def prefill(self, messages: list[dict[str, Any]]) -> None:
+        """Prefill on the generation thread, so a turn's request finds it done or waits."""
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._prefill, messages)
+
+    def _generate(
+        self, messages: list[dict[str, Any]], max_tokens: int, temperature: float,
+        emit: Any, stop: threading.Event,
+    ) -> Usage:  # fmt: skip
+        tokens = self._tokens(messages)
+        cached = self._cached(tokens)
         produced = 0
         for chunk in self.llm.create_completion(
             tokens, max_tokens=max_tokens, temperature=temperature, stream=True,
-            stop=formatted.stop,
+            stop=self._stop,
         ):  # fmt: skip
             if stop.is_set():
                 break

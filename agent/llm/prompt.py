@@ -25,3 +25,15 @@ def prompt_messages(system_prompt: str, history: list[Message], max_pairs: int) 
         dropped = -(-(pairs - max_pairs) // step) * step  # whole steps, so the prefix holds
         earlier = earlier[2 * min(pairs, dropped) :]
     return [{"role": "system", "content": system_prompt}, *earlier, latest]
+
+
+def prefix_after_trim(
+    system_prompt: str, history: list[Message], answer: str, max_pairs: int
+) -> list[Message] | None:
+    """The next turn's prompt up to its (still unknown) user text, when trimming will change
+    it: its oldest kept message differs from this turn's. None when the cached prefix holds.
+    """
+    now = prompt_messages(system_prompt, history, max_pairs)
+    after = [*history, {"role": "assistant", "content": answer}, {"role": "user", "content": ""}]
+    upcoming = prompt_messages(system_prompt, after, max_pairs)
+    return upcoming if upcoming[1] is not now[1] else None

@@ -7,6 +7,10 @@ or timeout speaks a short fallback sentence and records the error in the turn; t
 goes on. At call start the static system prompt is prefilled (pre-warm), and an idle
 engine is touched every ``keepalive_secs`` so its pages stay resident.
 
+Prefill while the caller speaks: each ``PartialTurnFrame`` (the turn so far, from an interim
+transcript) is handed to the engine's ``prefill`` (only the newest one when they come faster
+than it prefills), so at the turn's end only the last words and the answer header are left.
+
 Speculation: a ``SpeculativeTurnFrame`` (the pause transcript, before the turn ends) starts
 the answer at once, its frames held back. When the turn's real context matches, they are
 released (a hit: the LLM's time to first token overlapped endpointing); when it differs or
@@ -37,12 +41,13 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from agent.clock import CallClock
 from agent.frames import (
     LLMUsageFrame,
+    PartialTurnFrame,
     SpeculativeTurnFrame,
     StopAnswerFrame,
     TimelineEventFrame,
 )
 from agent.llm.engines import ChatEngine, Usage
-from agent.llm.prompt import prompt_messages
+from agent.llm.prompt import prefix_after_trim, prompt_messages
 from agent.settings import LLMSettings
 
 FALLBACK = "Sorry, I lost my train of thought. Could you say that again?"
@@ -63,11 +68,22 @@ class StreamingLLM(FrameProcessor):
         self._speculated: list[dict] | None = None  # the messages a speculative answer is for
         self._held: list[Frame] | None = None  # its frames, until the turn confirms it
         self._misses = 0
+        self._partial: list[dict] | None = None  # the newest turn so far, not yet prefilled
+        self._prefilling: asyncio.Task | None = None
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
         if isinstance(frame, StartFrame):
             self._keepalive = self.create_task(self._keep_warm())
+        if isinstance(frame, PartialTurnFrame):
+            if self._settings.prefill_while_speaking and self._task is None:
+                s = self._settings
+                self._partial = prompt_messages(s.system_prompt, frame.messages, s.history_turns)
+                if self._prefilling is None:
+                    self._prefilling = self.create_task(self._prefill_partial())
+            return
+        if isinstance(frame, SpeculativeTurnFrame | LLMContextFrame):
+            self._partial = None  # the turn is asked for: its request prefills the rest
         if isinstance(frame, SpeculativeTurnFrame):
             if self._settings.speculate:
                 await self._drop_speculation()
@@ -94,9 +110,11 @@ class StreamingLLM(FrameProcessor):
         if isinstance(frame, InterruptionFrame | EndFrame | CancelFrame):
             await self._drop_speculation()
             await self._cancel()
-        if isinstance(frame, EndFrame | CancelFrame) and self._keepalive is not None:
-            await self.cancel_task(self._keepalive)
-            self._keepalive = None
+        if isinstance(frame, EndFrame | CancelFrame):
+            for task in (self._keepalive, self._prefilling):
+                if task is not None:
+                    await self.cancel_task(task)
+            self._keepalive = self._prefilling = None
         await self.push_frame(frame, direction)
 
     async def _cancel(self) -> bool:
@@ -130,6 +148,17 @@ class StreamingLLM(FrameProcessor):
         if isinstance(frame, LLMUsageFrame):  # the misses since the last answer that went out
             frame.speculation_misses, self._misses = self._misses, 0
         await self.push_frame(frame)
+
+    async def _prefill_partial(self) -> None:
+        try:
+            while self._partial is not None:
+                messages, self._partial = self._partial, None
+                try:
+                    await self._engine.prefill(messages)
+                except ENGINE_ERRORS:
+                    pass  # the turn's own request prefills it, and reports a failing engine
+        finally:
+            self._prefilling = None
 
     async def _complete_quietly(self, messages: list[dict] | None = None) -> None:
         """A one-token request: prefills (or keeps warm) the KV cache of its prompt's prefix.
@@ -215,12 +244,6 @@ class StreamingLLM(FrameProcessor):
         next turn finds it cached. A new turn cancels this at once.
         """
         s = self._settings
-        now = prompt_messages(s.system_prompt, history, s.history_turns)
-        after = [
-            *history,
-            {"role": "assistant", "content": answer},
-            {"role": "user", "content": ""},
-        ]
-        upcoming = prompt_messages(s.system_prompt, after, s.history_turns)
-        if upcoming[1] is not now[1]:  # the oldest message kept changes: the prefix breaks
+        upcoming = prefix_after_trim(s.system_prompt, history, answer, s.history_turns)
+        if upcoming is not None:
             await self._complete_quietly(upcoming)

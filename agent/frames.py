@@ -92,6 +92,15 @@ class SpeculativeTurnFrame(SystemFrame):
 
 
 @dataclass
+class FirstPhraseSynthesisFrame(SystemFrame):
+    """Upstream, from synthesis to the LLM stage: an answer's first phrase is being
+    synthesised (``busy``) or is done. That phrase is on the caller's critical path and the
+    answer's later tokens are not, so the in-process engine stops decoding meanwhile."""
+
+    busy: bool = True
+
+
+@dataclass
 class PartialTurnFrame(SystemFrame):
     """To the LLM stage: the messages of the turn so far (an interim transcript as the user
     message), for the engine to prefill while the caller is still speaking."""

@@ -113,6 +113,9 @@ class LLMSettings(BaseModel):
     speculate: bool = Field(
         True, description="start the answer on the pause transcript, before the turn ends"
     )
+    pause_for_first_phrase: bool = Field(
+        True, description="stop decoding while the first phrase is synthesised (in-process)"
+    )
     prefill_while_speaking: bool = Field(
         True, description="prefill each interim transcript, so the turn's end prefills little"
     )
@@ -132,7 +135,9 @@ class TTSSettings(BaseModel):
     """Phrase chunking and Piper synthesis."""
 
     voice: str = Field("piper-joe-medium", description="default voice name or a Piper .onnx")
-    first_phrase_min_words: int = Field(3, ge=1)
+    first_phrase_min_words: int = Field(
+        2, ge=1, description="2: first_phrase + tts_ttfb p50 113 ms, 3: 156 (bench_tts.py)"
+    )
     phrase_min_words: int = Field(6, ge=1)
     length_scale: float = Field(1.0, gt=0)
     threads: int | None = Field(

@@ -5,7 +5,8 @@ turns while the phrase chunker and Piper run on its live token stream, as in a c
 ``first_phrase`` (first token -> first phrase released), ``tts_ttfb`` (phrase released ->
 its audio ready), and for every later phrase whether its audio was ready before the
 previous phrase finished playing (a gap the caller would hear). Also Piper's real-time
-factor over all phrases.
+factor over all phrases. As in the pipeline, llama.cpp pauses decoding while the first
+phrase is synthesised (``llm.pause_for_first_phrase``); two settings run without it too.
 
     .venv/bin/python scripts/bench_tts.py [--rounds 2] [--out runs/bench_tts.json]
 """
@@ -36,12 +37,16 @@ USER_TURNS = [
     "She had your dark suit in greasy wash water all year.",
     "Can you tell me about the weather tomorrow?",
 ]
-SETTINGS = [(1, 6), (2, 6), (3, 6), (4, 6), (6, 8), (99, 99)]  # (first_min_words, min_words)
+# (first_min_words, min_words, pause decoding for the first phrase)
+SETTINGS = [
+    (1, 6, True), (2, 6, True), (3, 6, True), (4, 6, True), (6, 8, True), (99, 99, True),
+    (2, 6, False), (3, 6, False),
+]  # fmt: skip
 
 
 async def answer(
     llm: InProcessLlama, voice: PiperVoiceModel, pool: ThreadPoolExecutor, settings: Settings,
-    user: str, first_min: int, min_words: int,
+    user: str, first_min: int, min_words: int, pause: bool,
 ) -> dict:  # fmt: skip
     """One answer: chunk the live token stream, synthesise phrases in order off the loop."""
     loop = asyncio.get_running_loop()
@@ -49,11 +54,20 @@ async def answer(
     messages = prompt_messages(s.system_prompt, [{"role": "user", "content": user}], 4)
     buffer, first_token, phrases = "", None, []
 
+    def synthesize(text: str, first: bool) -> tuple:
+        """The phrase's audio and when it was ready (not when this loop got to look)."""
+        try:
+            return voice.synthesize(text, RATE), time.perf_counter()
+        finally:
+            if first:
+                llm.pause_decoding(False)
+
     def release(text: str) -> None:
         spoken = speakable(text)
         if any(c.isalnum() for c in spoken):
-            released = time.perf_counter()
-            job = loop.run_in_executor(pool, voice.synthesize, spoken, RATE)
+            first, released = not phrases, time.perf_counter()
+            llm.pause_decoding(first and pause)
+            job = loop.run_in_executor(pool, synthesize, spoken, first)
             phrases.append((spoken, released, job))
 
     async for item in llm.stream(messages, max_tokens=s.max_tokens, temperature=0.2):
@@ -67,25 +81,24 @@ async def answer(
     release(buffer)
     if not phrases or first_token is None:
         return {}
-    ready, audio_secs, synth_secs = [], [], 0.0
-    for _, released, job in phrases:
-        audio = await job
-        ready.append(time.perf_counter())
+    ready, audio_secs = [], []
+    for _, _, job in phrases:
+        audio, ready_at = await job
+        ready.append(ready_at)
         audio_secs.append(len(audio) / RATE)
-        synth_secs += ready[-1] - released  # upper bound: includes queueing behind earlier
     # Playback: each phrase starts when ready and the previous one has finished.
     gaps, play_end = [], ready[0] + audio_secs[0]
     for k in range(1, len(phrases)):
         gaps.append(max(0.0, ready[k] - play_end))
         play_end = max(ready[k], play_end) + audio_secs[k]
-    first_ready = await phrases[0][2]
+    first_audio, _ = await phrases[0][2]
     return {
         "first_phrase_words": len(phrases[0][0].split()),
         "first_phrase_ms": (phrases[0][1] - first_token) * 1000,
         "tts_ttfb_ms": (ready[0] - phrases[0][1]) * 1000,
         "gaps_ms": [g * 1000 for g in gaps],
         "audio_secs": sum(audio_secs),
-        "first_audio_secs": len(first_ready) / RATE,
+        "first_audio_secs": len(first_audio) / RATE,
     }
 
 
@@ -108,11 +121,11 @@ async def main() -> None:
     rtf = (time.perf_counter() - start) / rtf_audio
 
     report: dict = {"piper_rtf": round(rtf, 3), "settings": []}
-    for first_min, min_words in SETTINGS:
+    for first_min, min_words, pause in SETTINGS:
         rows = []
         for _ in range(args.rounds):
             for user in USER_TURNS:
-                row = await answer(llm, voice, pool, settings, user, first_min, min_words)
+                row = await answer(llm, voice, pool, settings, user, first_min, min_words, pause)
                 if row:
                     rows.append(row)
         both = [r["first_phrase_ms"] + r["tts_ttfb_ms"] for r in rows]
@@ -121,6 +134,7 @@ async def main() -> None:
             {
                 "first_min_words": first_min,
                 "min_words": min_words,
+                "pause_decoding": pause,
                 "answers": len(rows),
                 "first_phrase_words_p50": rounded_percentile(
                     [r["first_phrase_words"] for r in rows], 50
@@ -135,11 +149,12 @@ async def main() -> None:
             }
         )
     print(f"Piper real-time factor: {report['piper_rtf']}")
-    head = ("first/min", "words", "phrase", "ttfb", "sum p50", "sum p95", "gaps")
-    print("{:>9} {:>5} {:>7} {:>6} {:>8} {:>8} {:>6}".format(*head))
+    head = ("first/min", "pause", "words", "phrase", "ttfb", "sum p50", "sum p95", "gaps")
+    print("{:>9} {:>5} {:>5} {:>7} {:>6} {:>8} {:>8} {:>6}".format(*head))
     for row in report["settings"]:
         print(
             f"{row['first_min_words']:>4}/{row['min_words']:<4} "
+            f"{'yes' if row['pause_decoding'] else 'no':>5} "
             f"{row['first_phrase_words_p50']!s:>5} "
             f"{row['first_phrase_p50_ms']!s:>7} {row['tts_ttfb_p50_ms']!s:>6} "
             f"{row['first_phrase_plus_tts_ttfb_p50_ms']!s:>8} "

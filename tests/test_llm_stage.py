@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import time
 
 import pytest
 from pipecat.frames.frames import (
@@ -15,12 +17,15 @@ from pipecat.frames.frames import (
     TextFrame,
     VADUserStartedSpeakingFrame,
 )
+from pipecat.pipeline.pipeline import Pipeline
 from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.tests.utils import SleepFrame, run_test
 
 from agent import model_store
 from agent.clock import CallClock
 from agent.frames import (
+    FirstPhraseSynthesisFrame,
     LLMUsageFrame,
     PartialTurnFrame,
     SpeculativeTurnFrame,
@@ -212,3 +217,51 @@ async def test_interim_transcripts_pass_on_and_offer_the_turn_so_far():
     ]
     assert down[1].messages == [*earlier, {"role": "user", "content": "How far is"}]
     assert ctx.get_messages() == earlier  # the context takes only final transcripts
+
+
+class FirstPhraseSynthesis(FrameProcessor):
+    """Stands in for synthesis: once an answer's first tokens are in, it reports its first
+    phrase busy for ``BUSY_SECS``, upstream, as PiperTTS does; it records token arrivals."""
+
+    BUSY_SECS = 0.4
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.arrivals: list[float] = []
+        self.busy: tuple[float, float] | None = None
+
+    async def process_frame(self, frame, direction):
+        await super().process_frame(frame, direction)
+        if isinstance(frame, LLMTextFrame):
+            self.arrivals.append(time.monotonic())
+            if len(self.arrivals) == 3:
+                self.create_task(self._synthesise())
+        await self.push_frame(frame, direction)
+
+    async def _synthesise(self) -> None:
+        await self.push_frame(FirstPhraseSynthesisFrame(busy=True), FrameDirection.UPSTREAM)
+        start = time.monotonic()
+        await asyncio.sleep(self.BUSY_SECS)
+        self.busy = (start, time.monotonic())
+        await self.push_frame(FirstPhraseSynthesisFrame(busy=False), FrameDirection.UPSTREAM)
+
+
+@pytest.mark.parametrize("pause", [False, True])
+async def test_decoding_pauses_while_the_first_phrase_is_synthesised(inprocess, settings, pause):
+    s = settings.llm.model_copy(
+        update={"keepalive_secs": 0, "max_tokens": 60, "pause_for_first_phrase": pause}
+    )
+    synthesis = FirstPhraseSynthesis()
+    ask = context("Tell me a long story about a dragon and a knight.")
+    await run_test(
+        Pipeline([StreamingLLM(inprocess, s, CallClock()), synthesis]),
+        frames_to_send=[LLMContextFrame(context=ask), SleepFrame(sleep=3.0)],
+    )
+    assert synthesis.busy is not None
+    start, end = synthesis.busy
+    inside = [t for t in synthesis.arrivals if start + 0.05 < t < end]  # 50 ms: in flight
+    after = [t for t in synthesis.arrivals if t > end]
+    if pause:
+        assert not inside and after  # nothing decoded meanwhile, and the answer went on
+    else:
+        assert len(inside) >= 5

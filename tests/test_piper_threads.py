@@ -21,4 +21,7 @@ def test_tts_threads_setting_sets_the_onnxruntime_session_and_the_voice_still_sp
 
 def test_without_tts_threads_onnxruntime_keeps_its_default() -> None:
     models = AgentModels.load(Settings())
-    assert models.voice.voice.session.get_session_options().intra_op_num_threads == 0
+    options = models.voice.voice.session.get_session_options()
+    assert options.intra_op_num_threads == 0
+    # Idle threads do not spin: they would take the cores from llama.cpp decoding beside them.
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"

@@ -20,6 +20,8 @@ import openai
 
 from agent.settings import LLMSettings
 
+MAX_PAUSE_SECS = 0.5
+
 
 @dataclass
 class Usage:
@@ -39,6 +41,9 @@ class ChatEngine(Protocol):
 
     async def prefill(self, messages: list[dict[str, Any]]) -> None:
         """Put the prompt up to the last message's text so far in the engine's cache."""
+
+    def pause_decoding(self, paused: bool) -> None:
+        """Stop (or go on) decoding between tokens, leaving the CPU to a critical stage."""
 
 
 class OpenAIChatEngine:
@@ -82,6 +87,9 @@ class OpenAIChatEngine:
         """Nothing: the OpenAI schema cannot send an unfinished message (servers prefill at
         request time, reusing their cached prefix)."""
 
+    def pause_decoding(self, paused: bool) -> None:
+        """Nothing: a server decodes in its own process, out of our hands."""
+
 
 class InProcessLlama:
     """llama.cpp inside the agent process: no HTTP hop, and it counts its cached prefix.
@@ -116,6 +124,8 @@ class InProcessLlama:
             stop_token_ids=[eos],
         )
         self._reserve = settings.max_tokens  # room a prefill leaves for the answer
+        self._decoding = threading.Event()  # cleared: decoding waits (pause_decoding)
+        self._decoding.set()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
         # Load the weights into memory and prefill the static system prompt before any call.
         warmup = [
@@ -157,6 +167,14 @@ class InProcessLlama:
         """Prefill on the generation thread, so a turn's request finds it done or waits."""
         await asyncio.get_running_loop().run_in_executor(self._executor, self._prefill, messages)
 
+    def pause_decoding(self, paused: bool) -> None:
+        """Between two tokens, wait (at most ``MAX_PAUSE_SECS``, so a lost resume cannot
+        stall an answer) while ``paused``."""
+        if paused:
+            self._decoding.clear()
+        else:
+            self._decoding.set()
+
     def _generate(
         self, messages: list[dict[str, Any]], max_tokens: int, temperature: float,
         emit: Any, stop: threading.Event,
@@ -174,6 +192,7 @@ class InProcessLlama:
             if text:
                 produced += 1
                 emit(text)
+            self._decoding.wait(MAX_PAUSE_SECS)
         return Usage(len(tokens), cached, produced)
 
     async def stream(

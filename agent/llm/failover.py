@@ -141,6 +141,12 @@ class FailoverEngine:
         ):
             yield item
 
+    async def prefill(self, messages: list[dict[str, Any]]) -> None:
+        await self.primary.prefill(messages)
+
+    def pause_decoding(self, paused: bool) -> None:
+        self.primary.pause_decoding(paused)
+
     def close(self) -> None:
         self._executor.shutdown(wait=True)
 

@@ -11,6 +11,9 @@ Prefill while the caller speaks: each ``PartialTurnFrame`` (the turn so far, fro
 transcript) is handed to the engine's ``prefill`` (only the newest one when they come faster
 than it prefills), so at the turn's end only the last words and the answer header are left.
 
+While synthesis works on an answer's first phrase (``FirstPhraseSynthesisFrame``, from
+upstream) the engine pauses decoding: that phrase is what the caller waits for.
+
 Speculation: a ``SpeculativeTurnFrame`` (the pause transcript, before the turn ends) starts
 the answer at once, its frames held back. When the turn's real context matches, they are
 released (a hit: the LLM's time to first token overlapped endpointing); when it differs or
@@ -40,6 +43,7 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from agent.clock import CallClock
 from agent.frames import (
+    FirstPhraseSynthesisFrame,
     LLMUsageFrame,
     PartialTurnFrame,
     SpeculativeTurnFrame,
@@ -75,6 +79,9 @@ class StreamingLLM(FrameProcessor):
         await super().process_frame(frame, direction)
         if isinstance(frame, StartFrame):
             self._keepalive = self.create_task(self._keep_warm())
+        if isinstance(frame, FirstPhraseSynthesisFrame):
+            self._engine.pause_decoding(frame.busy and self._settings.pause_for_first_phrase)
+            return
         if isinstance(frame, PartialTurnFrame):
             if self._settings.prefill_while_speaking and self._task is None:
                 s = self._settings
@@ -119,6 +126,7 @@ class StreamingLLM(FrameProcessor):
 
     async def _cancel(self) -> bool:
         """Stop the answer in progress, if any; True when there was one."""
+        self._engine.pause_decoding(False)  # a paused answer must not hold the next one
         if self._task is None:
             return False
         await self.cancel_task(self._task)

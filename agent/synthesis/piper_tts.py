@@ -36,7 +36,7 @@ from pipecat.frames.frames import (
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from piper import PiperConfig, PiperVoice, SynthesisConfig
 
-from agent.frames import NoReplyFrame, PhraseFrame, StageErrorFrame
+from agent.frames import FirstPhraseSynthesisFrame, NoReplyFrame, PhraseFrame, StageErrorFrame
 
 
 def load_voice(voice_path: Path, threads: int | None = None) -> PiperVoice:
@@ -51,9 +51,14 @@ def load_voice(voice_path: Path, threads: int | None = None) -> PiperVoice:
     its own length, so a serving process grew without bound (scripts/soak.py: +126 % RSS in
     10 minutes; synthesis alone 677 -> 1220 MiB over 9 rounds, flat at 520 MiB without).
     Synthesis speed is the same either way (measured, 1 to 18 words).
+
+    Its threads do not spin while idle: spinning took the cores from llama.cpp decoding
+    beside it (and so back from Piper). Alone Piper is as fast either way (measured, 1 to
+    13 words); beside the LLM the first phrase is ready sooner (scripts/bench_tts.py).
     """
     options = onnxruntime.SessionOptions()
     options.enable_mem_pattern = False
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if threads is not None:
         options.intra_op_num_threads = threads
     config = json.loads(Path(f"{voice_path}.json").read_text(encoding="utf-8"))
@@ -129,6 +134,9 @@ class PiperTTS(FrameProcessor):
                 await self.push_frame(frame)
                 continue
             assert isinstance(frame, PhraseFrame)
+            first = not self._speaking
+            if first:
+                await self.push_frame(FirstPhraseSynthesisFrame(busy=True), FrameDirection.UPSTREAM)
             try:
                 audio = await loop.run_in_executor(
                     self._executor, self._voice.synthesize, frame.text, self._rate
@@ -140,6 +148,11 @@ class PiperTTS(FrameProcessor):
                     StageErrorFrame(stage="tts", error=f"{type(exc).__name__}: {detail}")
                 )
                 continue
+            finally:
+                if first:
+                    await self.push_frame(
+                        FirstPhraseSynthesisFrame(busy=False), FrameDirection.UPSTREAM
+                    )
             if not self._speaking:
                 await self.push_frame(TTSStartedFrame())
                 self._speaking = True

@@ -1,0 +1,32 @@
+"""The synthesis stage with the real Piper voice: phrase audio in order, and the first
+phrase's busy window reported upstream (the LLM stage pauses decoding inside it)."""
+
+from __future__ import annotations
+
+from pipecat.frames.frames import LLMFullResponseEndFrame, TTSAudioRawFrame, TTSTextFrame
+from pipecat.tests.utils import SleepFrame, run_test
+
+from agent import model_store
+from agent.frames import FirstPhraseSynthesisFrame, PhraseFrame
+from agent.synthesis.piper_tts import PiperTTS, PiperVoiceModel
+
+
+async def test_first_phrase_synthesis_is_reported_upstream_and_phrases_keep_order(settings):
+    voice = PiperVoiceModel(model_store.resolve(settings.tts.voice, "tts", settings.models_dir))
+    phrases = ["Hello there,", "how can I help you today?"]
+    answer = [PhraseFrame(text=t) for t in phrases]
+    down, up = await run_test(
+        PiperTTS(voice, rate=16000),
+        frames_to_send=[
+            *answer,
+            LLMFullResponseEndFrame(),
+            *answer,
+            LLMFullResponseEndFrame(),
+            SleepFrame(sleep=2.0),  # the call's end drops what is not synthesised yet
+        ],  # fmt: skip
+    )
+    # Each answer's first phrase, and only it: busy while it is synthesised, then done.
+    assert [f.busy for f in up if isinstance(f, FirstPhraseSynthesisFrame)] == [True, False] * 2
+    assert [f.text for f in down if isinstance(f, TTSTextFrame)] == phrases * 2
+    audio = [f for f in down if isinstance(f, TTSAudioRawFrame)]
+    assert len(audio) == 4 and all(len(f.audio) > 16000 // 4 for f in audio)

@@ -92,6 +92,15 @@ class SpeculativeTurnFrame(SystemFrame):
 
 
 @dataclass
+class HoldBotAudioFrame(SystemFrame):
+    """Downstream, from turn detection to the output: the caller may be talking over the bot
+    (the VAD's first speech window). The output stops sending bot audio (``hold``) until the
+    barge-in is confirmed (an interruption follows) or called off (``hold`` False)."""
+
+    hold: bool = True
+
+
+@dataclass
 class FirstPhraseSynthesisFrame(SystemFrame):
     """Upstream, from synthesis to the LLM stage: an answer's first phrase is being
     synthesised (``busy``) or is done. That phrase is on the caller's critical path and the

@@ -64,6 +64,14 @@ class TurnSettings(BaseModel):
     vad_start_secs: float = Field(0.15, ge=0.02)
     vad_stop_secs: float = Field(0.15, ge=0.05, description="VAD silence before speech 'stops'")
     vad_confidence: float = Field(0.6, gt=0, lt=1)
+    hold_on_speech: bool = Field(
+        True,
+        description="stop sending bot audio at the caller's first speech window, before the "
+        "barge-in is confirmed (vad_start_secs); resume if it is not",
+    )
+    hold_release_secs: float = Field(
+        0.25, gt=0, description="quiet after an unconfirmed speech window that resumes the bot"
+    )
     smart_turn: bool = Field(True, description="ask Smart Turn v3 whether the turn is complete")
     smart_turn_lean: float = Field(
         0.3,

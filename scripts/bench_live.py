@@ -8,8 +8,11 @@ One process loads the models and the LLM engine once, then:
        - by the caller (from the clip's true speech end as sent, to the first bot audio
          received: codec, socket and pacing included);
   3. interrupts the bot N times: the caller asks, and once the answer's audio is arriving
-     talks over it; barge-in latency = caller speech start (as sent) -> ``clear`` received,
-     and the server's own ``barge_in_ms`` (VAD speech start -> bot audio stopped).
+     talks over it; barge-in latency = caller speech start (as sent) -> the bot's audio
+     stopped at the caller (the end of the last audio it received before the ``clear``:
+     the server holds the audio at the first speech window, then confirms with ``clear``),
+     also to the ``clear`` itself, and the server's own ``barge_in_ms`` (VAD speech start ->
+     bot audio stopped).
 Prints a table and writes JSON (default /tmp/bench_live.json).
 
     .venv/bin/python scripts/bench_live.py [--rounds 2] [--barge-ins 6] [--out FILE]
@@ -35,6 +38,7 @@ from agent.pipeline import AgentModels, llm_engine
 from agent.replay import replay_call
 from agent.settings import Settings
 from agent.timing.budget import load_budget, rounded_percentile
+from agent.transports.phone import PHONE_RATE
 from agent.transports.replay import ReplayTurn
 
 SAMPLES = Path(__file__).resolve().parents[1] / "agent" / "samples"
@@ -78,9 +82,11 @@ async def phone_turns(url: str, clips: list[np.ndarray]) -> list[float | None]:
 async def barge_ins(url: str, question: np.ndarray, interruption: np.ndarray, n: int) -> list:
     """Ask, talk over the answer once its audio arrives; one dict per attempt.
 
-    ``latency_ms``: caller speech start (as sent) -> ``clear`` received; None when no clear
-    came. ``bot_talking_ms``: how long the bot's audio kept arriving after the caller started
-    talking when there was no clear (a short answer that ended first has nothing to cut).
+    ``latency_ms``: caller speech start (as sent) -> the end of the last bot audio received
+    before the ``clear`` (when the caller stopped hearing the bot); ``clear_ms``: to the
+    ``clear`` itself; both None when no clear came. ``bot_talking_ms``: how long the bot's
+    audio kept arriving after the caller started talking when there was no clear (a short
+    answer that ended first has nothing to cut).
     """
     start = speech_bounds(interruption, RATE)[0]
     attempts: list[dict[str, Any]] = []
@@ -99,9 +105,12 @@ async def barge_ins(url: str, question: np.ndarray, interruption: np.ndarray, n:
             await cut.done.wait()
             spoke = cut.sent_time(start)
             answer = [r for r in phone.media_after(reply.at) if r.at < spoke + 1.0]
+            heard = [r for r in answer if clear is not None and r.at <= clear.at]
+            stopped = heard[-1].at + len(heard[-1].audio) / PHONE_RATE if heard else None
             attempts.append({
                 "answered": True,
-                "latency_ms": None if clear is None else round((clear.at - spoke) * 1000, 1),
+                "latency_ms": None if stopped is None else round((stopped - spoke) * 1000, 1),
+                "clear_ms": None if clear is None else round((clear.at - spoke) * 1000, 1),
                 "answer_audio_before_cut_s": round(sum(len(r.audio) for r in answer) / 8000, 2),
                 "bot_talking_ms": None if clear is not None or not answer
                 else round((answer[-1].at - spoke) * 1000, 1),
@@ -159,6 +168,7 @@ async def bench(args: argparse.Namespace, runtime: Runtime, work: Path) -> dict[
         },
         "barge_in_ms": {
             "caller": stats([a["latency_ms"] for a in attempts]),
+            "caller_clear": stats([a["clear_ms"] for a in attempts if a.get("answered")]),
             "server": stats(server_barge),
             "attempts": attempts,
             "interrupted": sum(1 for a in attempts if a["latency_ms"] is not None),
@@ -189,7 +199,8 @@ def show(result: dict[str, Any]) -> None:
     b = result["barge_in_ms"]
     print(f"\n{'barge-in (ms)':<34}{'n':>4}{'p50':>9}{'p95':>9}   "
           f"({b['interrupted']}/{len(b['attempts'])} attempts cut the bot off)")  # fmt: skip
-    for name, label in (("caller", "caller speech -> clear received"),
+    for name, label in (("caller", "caller speech -> bot audio stopped"),
+                        ("caller_clear", "caller speech -> clear received"),
                         ("server", "VAD speech start -> audio stopped")):  # fmt: skip
         s = b[name]
         print(f"{label:<34}{s['n']:>4}{s['p50'] or 0:>9.0f}{s['p95'] or 0:>9.0f}")

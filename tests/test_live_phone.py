@@ -99,6 +99,10 @@ async def test_call_answers_is_cut_off_by_the_caller_and_hangs_up(server, manife
         assert clear is not None, "three answers in a row ended before they could be cut"
         assert clear.at > spoke_at, "clear came before the caller started talking"
         assert clear.at - spoke_at < 1.5, f"barge-in took {clear.at - spoke_at:.2f} s"
+        # The bot's audio stopped at the caller's first speech window (a hold), before the
+        # clear that confirmed the barge-in (vad_start_secs of speech later).
+        before = [r for r in phone.media_after(reply.at) if r.at <= clear.at]
+        assert before and clear.at - before[-1].at >= 0.08, "the bot talked until the clear"
         # While the caller goes on talking the bot stays quiet: its queued audio was dropped.
         assert not [r for r in phone.media_after(clear.at) if r.at < clear.at + 1.0]
 

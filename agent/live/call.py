@@ -74,7 +74,10 @@ def with_barge_in(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         stopped = record["events"].get("interrupted")
         started = following["events"].get("speech_start") if following else None
         record["barge_in_ms"] = (
-            round(stopped - started, 1) if stopped is not None and started is not None else None
+            # 0 when the bot was already quiet (between phrases) as the caller began
+            round(max(0.0, stopped - started), 1)
+            if stopped is not None and started is not None
+            else None
         )
     return records
 

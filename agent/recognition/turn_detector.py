@@ -1,6 +1,8 @@
 """End of turn: Silero VAD with a short stop window, Smart Turn v3, a maximum-silence fallback.
 
 Frames out (audio passes straight through first, so recognition never waits on us):
+- ``HoldBotAudioFrame`` while the bot talks, at the VAD's first speech window: its audio
+  stops at once, not ``vad_start_secs`` later; released when that speech is not confirmed;
 - ``UserStartedSpeakingFrame`` when a turn opens (and an interruption if the bot is talking);
 - ``SpeechPausedFrame`` the moment the VAD hears silence (recognition starts its
   speculative final pass), ``VADUserStartedSpeakingFrame`` if speech resumes in the turn;
@@ -40,6 +42,7 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from agent.audio import RecentAudio
 from agent.clock import CallClock
 from agent.frames import (
+    HoldBotAudioFrame,
     PauseTranscriptFrame,
     SpeechPausedFrame,
     TimelineEventFrame,
@@ -111,6 +114,9 @@ class TurnDetector(FrameProcessor):
         self._fallback_at_ms: float | None = None
         self._pause_text = ""
         self._pause_text_ready = asyncio.Event()
+        self._holding = False
+        self._held_at: float | None = None  # when the hold began (the first speech window)
+        self._quiet_since: float | None = None  # in a hold: since when the VAD is quiet
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
@@ -119,6 +125,9 @@ class TurnDetector(FrameProcessor):
             self._bot_speaking = True
         elif isinstance(frame, BotStoppedSpeakingFrame):
             self._bot_speaking = False
+            if self._holding:  # it had nothing left to say: the output must not stay held
+                self._holding = False
+                await self.push_frame(HoldBotAudioFrame(hold=False))
         elif isinstance(frame, PauseTranscriptFrame):
             self._pause_text = frame.text
             self._pause_text_ready.set()
@@ -137,6 +146,7 @@ class TurnDetector(FrameProcessor):
         self._recent.add(pcm)
         state = await self._vad.analyze_audio(pcm)
         previous, self._state = self._state, state
+        await self._hold_or_release(state)
         if self._fallback_at_ms is not None and self._clock.now_ms() >= self._fallback_at_ms:
             await self._end_turn()
         if state == previous:
@@ -151,14 +161,33 @@ class TurnDetector(FrameProcessor):
         elif state == VADState.QUIET and previous == VADState.STOPPING:
             await self._speech_stopped()
 
+    async def _hold_or_release(self, state: VADState) -> None:
+        """Hold the bot's audio on a speech window over it; release after a quiet spell."""
+        if not self._settings.hold_on_speech or self._in_turn:
+            return
+        now = self._clock.now_ms()
+        if state == VADState.STARTING and self._bot_speaking and not self._holding:
+            self._holding, self._held_at, self._quiet_since = True, now, None
+            await self.push_frame(HoldBotAudioFrame(hold=True))
+        elif self._holding and state == VADState.QUIET:
+            self._quiet_since = self._quiet_since or now
+            if now - self._quiet_since >= self._settings.hold_release_secs * 1000:
+                self._holding = False
+                await self.push_frame(HoldBotAudioFrame(hold=False))
+        elif self._holding:
+            self._quiet_since = None
+
     async def _speech_started(self) -> None:
         now = self._clock.now_ms()
         start = round(now - self._settings.vad_start_secs * 1000, 1)
+        if self._holding and self._held_at is not None:  # heard before a dip reset the count
+            start = min(start, self._held_at)
         await self._cancel_decision()
         if self._in_turn:
             await self._speech_resumed()
             return
         self._in_turn = True
+        self._holding = False  # confirmed: the interruption below flushes the held audio
         await self.push_frame(TimelineEventFrame(event="speech_start", at_ms=start, exact=False))
         if self._bot_speaking:
             await self.broadcast_interruption()

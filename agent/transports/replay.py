@@ -31,7 +31,7 @@ from pipecat.transports.base_transport import TransportParams
 
 from agent.audio import speech_bounds
 from agent.clock import CallClock, CallRecorder
-from agent.frames import NoReplyFrame, TimelineEventFrame
+from agent.frames import HoldBotAudioFrame, NoReplyFrame, TimelineEventFrame
 
 FRAME_MS = 20
 
@@ -134,7 +134,11 @@ class ReplayInput(FrameProcessor):
 
 
 class SimulatedSpeakerOutput(BaseOutputTransport):
-    """Writes bot audio onto the recording's bot channel as a sound card would play it."""
+    """Writes bot audio onto the recording's bot channel as a sound card would play it.
+
+    A ``HoldBotAudioFrame`` stops the writing (what was written still plays out) until it is
+    released, which resumes the answer where it stopped, or an interruption drops it.
+    """
 
     def __init__(self, clock: CallClock, recorder: CallRecorder, *, rate: int) -> None:
         super().__init__(
@@ -146,15 +150,22 @@ class SimulatedSpeakerOutput(BaseOutputTransport):
         self._clock = clock
         self._recorder = recorder
         self._cursor = 0  # next free sample position on the bot channel
+        self._released = asyncio.Event()  # cleared while a barge-in may be starting
+        self._released.set()
+        self._resuming = False  # the next audio goes on after a hold: not a new first audio
 
     async def start(self, frame: StartFrame) -> None:
         await super().start(frame)
         await self.set_transport_ready(frame)
 
     async def write_audio_frame(self, frame: OutputAudioRawFrame) -> bool:
+        await self._released.wait()
         now_ms = self._clock.now_ms()
         now = self._recorder.position(now_ms)
-        if self._cursor <= now:
+        if self._resuming:
+            self._resuming = False
+            self._cursor = max(self._cursor, now)
+        elif self._cursor <= now:
             # The speaker had gone quiet: this is the first audio of a new stretch of speech.
             self._cursor = now
             await self.push_frame(TimelineEventFrame(event="first_audio_out", at_ms=now_ms))
@@ -169,6 +180,13 @@ class SimulatedSpeakerOutput(BaseOutputTransport):
         return True
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        if isinstance(frame, HoldBotAudioFrame):
+            if frame.hold:
+                self._released.clear()
+            elif not self._released.is_set():
+                self._resuming = True
+                self._released.set()
+            return
         if isinstance(frame, InterruptionFrame):
             now_ms = self._clock.now_ms()
             now = self._recorder.position(now_ms)
@@ -177,4 +195,9 @@ class SimulatedSpeakerOutput(BaseOutputTransport):
                 self._cursor = now
                 await self.push_frame(TimelineEventFrame(event="interrupted", at_ms=now_ms))
                 await self.push_frame(TimelineEventFrame(event="bot_audio_end", at_ms=now_ms))
+            elif not self._released.is_set():  # held: its audio stopped at the hold
+                stopped_ms = round(self._cursor * 1000 / self.sample_rate, 1)
+                await self.push_frame(TimelineEventFrame(event="interrupted", at_ms=stopped_ms))
+            self._released.set()
+            self._resuming = False
         await super().process_frame(frame, direction)

@@ -1,0 +1,68 @@
+"""Barge-in hold: the bot's audio stops at the caller's first speech window, not once the
+VAD has confirmed speech; it resumes when that speech is not confirmed (real speech,
+real Silero VAD, on an audio clock so the test runs faster than real time)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pipecat.frames.frames import (
+    BotStartedSpeakingFrame,
+    InputAudioRawFrame,
+    InterruptionFrame,
+    UserStartedSpeakingFrame,
+)
+from pipecat.tests.utils import run_test
+
+from agent.audio import load_audio, speech_bounds
+from agent.clock import CallClock
+from agent.frames import HoldBotAudioFrame
+from agent.recognition.turn_detector import TurnDetector, TurnModels
+from tests.conftest import SAMPLES
+
+RATE = 16000
+CHUNK = 320  # 20 ms, as the transports send it
+
+
+class AudioClock(CallClock):
+    """Milliseconds of audio heard so far."""
+
+    samples = 0
+
+    def now_ms(self) -> float:
+        return round(self.samples * 1000 / RATE, 1)
+
+
+class AudioClockedDetector(TurnDetector):
+    """The turn detector on an audio clock: each frame of audio moves it on by its length."""
+
+    async def process_frame(self, frame, direction):
+        if isinstance(frame, InputAudioRawFrame):
+            self._clock.samples += len(frame.audio) // 2
+        await super().process_frame(frame, direction)
+
+
+# 280 ms of speech: Silero calls 5 windows speech (STARTING), short of vad_start_secs.
+@pytest.mark.parametrize(("speech_ms", "confirmed"), [(280, False), (1500, True)])
+async def test_speech_over_the_bot_holds_its_audio_at_once(settings, speech_ms, confirmed):
+    home = load_audio(SAMPLES / "new_home_in_the_stars.wav", RATE)
+    start = speech_bounds(home, RATE)[0] + RATE // 10
+    speech = home[start : start + speech_ms * RATE // 1000]
+    pcm = np.concatenate([np.zeros(RATE // 2, np.int16), speech, np.zeros(RATE, np.int16)])
+    frames = [
+        InputAudioRawFrame(audio=pcm[i : i + CHUNK].tobytes(), sample_rate=RATE, num_channels=1)
+        for i in range(0, len(pcm) - CHUNK + 1, CHUNK)
+    ]
+    detector = AudioClockedDetector(settings.turn, TurnModels.load(), AudioClock(), rate=RATE)
+    down, _ = await run_test(
+        detector,
+        frames_to_send=[BotStartedSpeakingFrame(), *frames],
+    )
+    holds = [(i, f.hold) for i, f in enumerate(down) if isinstance(f, HoldBotAudioFrame)]
+    opened = [i for i, f in enumerate(down) if isinstance(f, UserStartedSpeakingFrame)]
+    if confirmed:
+        assert [h for _, h in holds] == [True] and len(opened) == 1
+        assert holds[0][0] < opened[0]  # held before the barge-in was confirmed
+        assert any(isinstance(f, InterruptionFrame) for f in down)
+    else:
+        assert [h for _, h in holds] == [True, False] and not opened

@@ -73,7 +73,12 @@ class TurnModels:
 
 
 class SharedSileroVAD(SileroVADAnalyzer):
-    """Silero VAD for one call on the process's ONNX session (pipecat 1.14's attributes)."""
+    """Silero VAD for one call on the process's ONNX session (pipecat 1.14's attributes).
+
+    ``peak_confidence``: the highest window confidence since the caller last reset it. The
+    VAD's states also want a smoothed volume over ``min_volume``, which rises 100-200 ms
+    after Silero hears a voice; a barge-in hold needs the voice alone.
+    """
 
     def __init__(self, model: SileroOnnxModel, *, sample_rate: int, params: VADParams) -> None:
         VADAnalyzer.__init__(self, sample_rate=sample_rate, params=params)
@@ -81,6 +86,12 @@ class SharedSileroVAD(SileroVADAnalyzer):
         self._model.reset_states()
         self._windows_since_reset = 0
         self._low_confidence_windows = 0
+        self.peak_confidence = 0.0
+
+    def voice_confidence(self, buffer: bytes) -> float:
+        confidence = super().voice_confidence(buffer)
+        self.peak_confidence = max(self.peak_confidence, float(np.max(confidence)))
+        return confidence
 
 
 class TurnDetector(FrameProcessor):
@@ -146,7 +157,8 @@ class TurnDetector(FrameProcessor):
         self._recent.add(pcm)
         state = await self._vad.analyze_audio(pcm)
         previous, self._state = self._state, state
-        await self._hold_or_release(state)
+        voiced, self._vad.peak_confidence = self._vad.peak_confidence, 0.0
+        await self._hold_or_release(state, voiced >= self._settings.vad_confidence)
         if self._fallback_at_ms is not None and self._clock.now_ms() >= self._fallback_at_ms:
             await self._end_turn()
         if state == previous:
@@ -161,15 +173,15 @@ class TurnDetector(FrameProcessor):
         elif state == VADState.QUIET and previous == VADState.STOPPING:
             await self._speech_stopped()
 
-    async def _hold_or_release(self, state: VADState) -> None:
-        """Hold the bot's audio on a speech window over it; release after a quiet spell."""
+    async def _hold_or_release(self, state: VADState, voiced: bool) -> None:
+        """Hold the bot's audio on a voiced window over it; release after a quiet spell."""
         if not self._settings.hold_on_speech or self._in_turn:
             return
         now = self._clock.now_ms()
-        if state == VADState.STARTING and self._bot_speaking and not self._holding:
+        if voiced and self._bot_speaking and not self._holding:
             self._holding, self._held_at, self._quiet_since = True, now, None
             await self.push_frame(HoldBotAudioFrame(hold=True))
-        elif self._holding and state == VADState.QUIET:
+        elif self._holding and state == VADState.QUIET and not voiced:
             self._quiet_since = self._quiet_since or now
             if now - self._quiet_since >= self._settings.hold_release_secs * 1000:
                 self._holding = False

@@ -142,10 +142,15 @@ class SimulatedSpeakerOutput(BaseOutputTransport):
 
     def __init__(self, clock: CallClock, recorder: CallRecorder, *, rate: int) -> None:
         super().__init__(
-            # No end silence: the recording ends with the bot's last real sample.
+            # No end silence: the recording ends with the bot's last real sample. 20 ms
+            # chunks (pipecat's default is 40): what is already sent when the caller barges
+            # in plays out, so smaller chunks stop the bot sooner.
             TransportParams(
-                audio_out_enabled=True, audio_out_sample_rate=rate, audio_out_end_silence_secs=0
-            ),
+                audio_out_enabled=True,
+                audio_out_sample_rate=rate,
+                audio_out_end_silence_secs=0,
+                audio_out_10ms_chunks=2,
+            ),  # fmt: skip
         )
         self._clock = clock
         self._recorder = recorder

@@ -265,3 +265,18 @@ async def test_decoding_pauses_while_the_first_phrase_is_synthesised(inprocess, 
         assert not inside and after  # nothing decoded meanwhile, and the answer went on
     else:
         assert len(inside) >= 5
+
+
+async def test_an_idle_call_keeps_its_conversation_in_the_in_process_cache(inprocess, settings):
+    llm = StreamingLLM(
+        inprocess,
+        settings.llm.model_copy(update={"keepalive_secs": 0.3, "max_tokens": 8}),
+        CallClock(),
+    )
+    ask = context("Which planet is the largest?")
+    await run_test(llm, frames_to_send=[LLMContextFrame(context=ask), SleepFrame(sleep=2.0)])
+    # Idle for several keepalive periods: the cache still starts with this conversation
+    # (a keepalive request would have put the bare system prompt there).
+    s = settings.llm
+    prompt = inprocess._tokens(prompt_messages(s.system_prompt, ask.messages, s.history_turns))
+    assert inprocess.llm._input_ids[: len(prompt)].tolist() == prompt

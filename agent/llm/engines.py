@@ -34,6 +34,7 @@ class ChatEngine(Protocol):
     """What the LLM stage needs from an engine."""
 
     name: str
+    needs_keepalive: bool  # an idle engine's pages may be swapped out: touch it now and then
 
     def stream(
         self, messages: list[dict[str, Any]], *, max_tokens: int, temperature: float
@@ -50,6 +51,7 @@ class OpenAIChatEngine:
     """Streaming chat completions from an OpenAI-compatible server (llama.cpp server, vLLM)."""
 
     name = "openai"
+    needs_keepalive = True
 
     def __init__(self, base_url: str, model: str, settings: LLMSettings) -> None:
         self.model = model
@@ -101,6 +103,8 @@ class InProcessLlama:
     """
 
     name = "llama-inprocess"
+    # Weights are mlock'ed, and a keepalive request would evict the conversation's KV cache.
+    needs_keepalive = False
 
     def __init__(self, gguf: Path, settings: LLMSettings) -> None:
         from llama_cpp import Llama

@@ -57,6 +57,7 @@ class FailoverEngine:
         self.server = server
         self.fallback = fallback
         self.name = "llama-server" if server is not None else primary.name
+        self.needs_keepalive = primary.needs_keepalive
         self._retry_primary_secs = retry_primary_secs
         self._primary_down_until = 0.0
         # One thread restarts the server; the pending restart is a concurrent Future, so

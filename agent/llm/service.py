@@ -5,7 +5,7 @@ Each ``LLMContextFrame`` starts one streamed completion; tokens go downstream as
 engine decoding (closed HTTP stream, or abandoned in-process generator). An engine error
 or timeout speaks a short fallback sentence and records the error in the turn; the call
 goes on. At call start the static system prompt is prefilled (pre-warm), and an idle
-engine is touched every ``keepalive_secs`` so its pages stay resident.
+server engine is touched every ``keepalive_secs`` so its pages stay resident.
 
 Prefill while the caller speaks: each ``PartialTurnFrame`` (the turn so far, from an interim
 transcript) is handed to the engine's ``prefill`` (only the newest one when they come faster
@@ -186,7 +186,7 @@ class StreamingLLM(FrameProcessor):
 
     async def _keep_warm(self) -> None:
         await self._complete_quietly()
-        while self._settings.keepalive_secs > 0:
+        while self._settings.keepalive_secs > 0 and self._engine.needs_keepalive:
             await asyncio.sleep(self._settings.keepalive_secs)
             idle = time.monotonic() - self._last_request
             if idle >= self._settings.keepalive_secs and self._task is None:

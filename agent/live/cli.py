@@ -98,7 +98,10 @@ def serve(
     ] = None,
 ) -> None:
     """Serve live calls: a phone bridge (/phone, Twilio Media Streams) and a browser page (/)."""
+    from agent.live.process_memory import settle_heap
     from agent.live.server import CallServer, check_serve_security, serve_calls
+
+    settle_heap()
 
     settings = _runtime_settings(
         config, llm_url, llm_model, budget_file=budget, budget_profile=profile,

@@ -152,12 +152,7 @@ class InProcessLlama:
 
     def _cached(self, tokens: list[int]) -> int:
         """How many leading tokens of ``tokens`` the KV cache already holds."""
-        cached = 0
-        for a, b in zip(self.llm._input_ids, tokens, strict=False):
-            if a != b:
-                break
-            cached += 1
-        return cached
+        return self.llm.longest_token_prefix(self.llm._input_ids, tokens)
 
     def _prefill(self, messages: list[dict[str, Any]]) -> None:
         tokens = self._tokens(messages, open_end=True)

@@ -195,7 +195,9 @@ async def run_one(
     turns: list[Turn], turn: TurnSettings, decoder: WhisperDecoder, settings: Settings
 ) -> dict:
     clock = AudioClock()
-    detector = TurnDetector(turn, TurnModels.load(), clock, rate=RATE)
+    # Silence counted on the audio alone: a loaded machine may feed slower than real time,
+    # and the live wall-clock fallback would then end turns inside their pauses.
+    detector = TurnDetector(turn, TurnModels.load(), clock, rate=RATE, audio_clock_only=True)
     feeder = Feeder(turns, clock, detector)
     stages: list[FrameProcessor] = [feeder, detector]
     if turn.smart_turn:  # its pause-transcript rule needs the recogniser

@@ -98,10 +98,17 @@ class TurnDetector(FrameProcessor):
     """Decides when the caller starts and finishes a turn."""
 
     def __init__(
-        self, settings: TurnSettings, models: TurnModels, clock: CallClock, *, rate: int
+        self,
+        settings: TurnSettings,
+        models: TurnModels,
+        clock: CallClock,
+        *,
+        rate: int,
+        audio_clock_only: bool = False,
     ) -> None:
         super().__init__()
         self._settings = settings
+        self._audio_clock_only = audio_clock_only  # audio not fed in real time (benchmarks)
         self._clock = clock
         self._rate = rate
         self._vad = SharedSileroVAD(
@@ -232,6 +239,8 @@ class TurnDetector(FrameProcessor):
                 return
         fallback = silence_started_ms + self._settings.max_silence_secs * 1000
         self._fallback_at_ms = fallback
+        if self._audio_clock_only:
+            return
         # Also on the wall clock: a client may stop sending audio while it waits for us.
         await asyncio.sleep(max(0.0, (fallback - self._clock.now_ms()) / 1000))
         if self._fallback_at_ms == fallback:  # not ended by the audio clock, nor resumed

@@ -69,6 +69,12 @@ class TurnSettings(BaseModel):
         description="stop sending bot audio at the caller's first speech window, before the "
         "barge-in is confirmed (vad_start_secs); resume if it is not",
     )
+    hold_onset_db: float | None = Field(
+        10.0,
+        gt=0,
+        description="also hold the bot's audio at a sound this many dB over the line's noise "
+        "floor, before Silero hears a voice in it (None: at Silero's first voiced window)",
+    )
     hold_release_secs: float = Field(
         0.25, gt=0, description="quiet after an unconfirmed speech window that resumes the bot"
     )

@@ -1,8 +1,9 @@
 """End of turn: Silero VAD with a short stop window, Smart Turn v3, a maximum-silence fallback.
 
 Frames out (audio passes straight through first, so recognition never waits on us):
-- ``HoldBotAudioFrame`` while the bot talks, at the VAD's first speech window: its audio
-  stops at once, not ``vad_start_secs`` later; released when that speech is not confirmed;
+- ``HoldBotAudioFrame`` while the bot talks, at the first loud sound (``SoundOnset``) or
+  the VAD's first speech window: its audio stops at once, not ``vad_start_secs`` later;
+  released when no speech is confirmed;
 - ``UserStartedSpeakingFrame`` when a turn opens (and an interruption if the bot is talking);
 - ``SpeechPausedFrame`` the moment the VAD hears silence (recognition starts its
   speculative final pass), ``VADUserStartedSpeakingFrame`` if speech resumes in the turn;
@@ -47,6 +48,7 @@ from agent.frames import (
     SpeechPausedFrame,
     TimelineEventFrame,
 )
+from agent.recognition.sound_onset import SoundOnset
 from agent.settings import TurnSettings
 
 SMART_TURN_MAX_SECS = 8
@@ -132,6 +134,7 @@ class TurnDetector(FrameProcessor):
         self._fallback_at_ms: float | None = None
         self._pause_text = ""
         self._pause_text_ready = asyncio.Event()
+        self._onset = None if settings.hold_onset_db is None else SoundOnset(settings.hold_onset_db)
         self._holding = False
         self._held_at: float | None = None  # when the hold began (the first speech window)
         self._quiet_since: float | None = None  # in a hold: since when the VAD is quiet
@@ -165,7 +168,8 @@ class TurnDetector(FrameProcessor):
         state = await self._vad.analyze_audio(pcm)
         previous, self._state = self._state, state
         voiced, self._vad.peak_confidence = self._vad.peak_confidence, 0.0
-        await self._hold_or_release(state, voiced >= self._settings.vad_confidence)
+        onset = self._onset is not None and self._onset.update(pcm, self._rate)
+        await self._hold_or_release(state, voiced >= self._settings.vad_confidence, onset)
         if self._fallback_at_ms is not None and self._clock.now_ms() >= self._fallback_at_ms:
             await self._end_turn()
         if state == previous:
@@ -180,12 +184,13 @@ class TurnDetector(FrameProcessor):
         elif state == VADState.QUIET and previous == VADState.STOPPING:
             await self._speech_stopped()
 
-    async def _hold_or_release(self, state: VADState, voiced: bool) -> None:
-        """Hold the bot's audio on a voiced window over it; release after a quiet spell."""
+    async def _hold_or_release(self, state: VADState, voiced: bool, onset: bool) -> None:
+        """Hold the bot's audio on a sound or voiced window over it; release after a spell
+        without voice."""
         if not self._settings.hold_on_speech or self._in_turn:
             return
         now = self._clock.now_ms()
-        if voiced and self._bot_speaking and not self._holding:
+        if (voiced or onset) and self._bot_speaking and not self._holding:
             self._holding, self._held_at, self._quiet_since = True, now, None
             await self.push_frame(HoldBotAudioFrame(hold=True))
         elif self._holding and state == VADState.QUIET and not voiced:

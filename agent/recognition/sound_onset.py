@@ -1,0 +1,42 @@
+"""Sound onset: the first frame that rises well above the line's noise floor.
+
+Why: Silero calls a soft onset ("We ...") a voice only 100-200 ms into it, so a barge-in
+hold that waits for Silero lets the caller hear the bot that long. The turn detector holds
+the bot's audio at the onset instead, and Silero then confirms the speech or the hold is
+released. The floor follows the quietest frames: it falls at once and rises slowly, so
+steady noise lifts the floor rather than holding the bot; after an onset it re-arms only
+once the level is back near the floor, so a sound that stays loud holds once, not again
+and again.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+FLOOR_RISE_DB_PER_SEC = 6.0
+MIN_DBFS = -50.0  # quieter than this is never an onset (a phone line's hiss, dither)
+
+
+class SoundOnset:
+    """Per call: feed it every input frame; True on a frame that starts a loud sound."""
+
+    def __init__(self, rise_db: float) -> None:
+        self._rise_db = rise_db
+        self._floor_db: float | None = None
+        self._armed = True
+
+    def update(self, pcm: bytes, rate: int) -> bool:
+        samples = np.frombuffer(pcm, dtype=np.int16).astype(np.float32) / 32768.0
+        if samples.size == 0:
+            return False
+        level = 10 * np.log10(float(np.mean(samples**2)) + 1e-12)
+        floor = level if self._floor_db is None else self._floor_db
+        loud = level >= max(floor + self._rise_db, MIN_DBFS)
+        onset = loud and self._armed
+        if onset:
+            self._armed = False
+        elif level < floor + self._rise_db / 2:
+            self._armed = True
+        rise = FLOOR_RISE_DB_PER_SEC * samples.size / rate
+        self._floor_db = level if level < floor else min(level, floor + rise)
+        return onset

@@ -12,6 +12,7 @@ from pipecat.frames.frames import (
     InterruptionFrame,
     UserStartedSpeakingFrame,
 )
+from pipecat.processors.frame_processor import FrameDirection
 from pipecat.tests.utils import run_test
 
 from agent.audio import load_audio, speech_bounds
@@ -66,3 +67,35 @@ async def test_speech_over_the_bot_holds_its_audio_at_once(settings, speech_ms, 
         assert any(isinstance(f, InterruptionFrame) for f in down)
     else:
         assert [h for _, h in holds] == [True, False] and not opened
+
+
+class HoldTimedDetector(AudioClockedDetector):
+    """Notes the audio time of each hold it sends."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.held_at_ms: list[float] = []
+
+    async def push_frame(self, frame, direction=FrameDirection.DOWNSTREAM):
+        if isinstance(frame, HoldBotAudioFrame) and frame.hold:
+            self.held_at_ms.append(self._clock.now_ms())
+        await super().push_frame(frame, direction)
+
+
+@pytest.mark.parametrize("onset_db", [None, 10.0])
+async def test_the_hold_comes_at_the_first_sound_not_at_silero_s_voice(settings, onset_db):
+    home = load_audio(SAMPLES / "new_home_in_the_stars.wav", RATE)
+    start = speech_bounds(home, RATE)[0]  # a click, 140 ms before the voice
+    pcm = np.concatenate([np.zeros(RATE // 2, np.int16), home[start:]])
+    frames = [
+        InputAudioRawFrame(audio=pcm[i : i + CHUNK].tobytes(), sample_rate=RATE, num_channels=1)
+        for i in range(0, len(pcm) - CHUNK + 1, CHUNK)
+    ]
+    turn = settings.turn.model_copy(update={"hold_onset_db": onset_db})
+    detector = HoldTimedDetector(turn, TurnModels.load(), AudioClock(), rate=RATE)
+    await run_test(detector, frames_to_send=[BotStartedSpeakingFrame(), *frames])
+    after_start = detector.held_at_ms[0] - 500
+    if onset_db is None:
+        assert after_start >= 150  # Silero: once the voice itself has begun
+    else:
+        assert after_start <= 40  # the first frame or two of the caller's sound

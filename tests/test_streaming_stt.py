@@ -87,9 +87,10 @@ def test_a_turn_longer_than_30_s_loses_and_repeats_no_words(decoder, settings, m
     assert len(finals) == 1, [e.text for e in finals]
     said = normalise(finals[0].text)
     # Each of the 14 sentences once, from its first words to its last (tiny.en mishears
-    # "your dark suit in greasy wash water" in places: that is recognition, not lost words).
+    # "your dark suit in greasy wash water" in places, and "We" as "You" now and then: that
+    # is recognition, not lost words).
     assert said.count("she had") == 7, finals[0].text
-    assert said.count("we must find a new home in the stars") == 7, finals[0].text
+    assert said.count("must find a new home in the stars") == 7, finals[0].text
     assert said.endswith("stars"), finals[0].text
     # tiny.en alone gets about a quarter of these words wrong ("Jadakzu and Greecey wash")
     assert wer(" ".join(reference), finals[0].text) <= 0.35, finals[0].text

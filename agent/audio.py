@@ -44,15 +44,19 @@ def float_to_int16(x: np.ndarray) -> np.ndarray:
     return (np.clip(x, -1.0, 1.0) * 32767.0).round().astype(np.int16)
 
 
+def level_dbfs(samples: np.ndarray) -> float:
+    """Energy of int16 samples in dBFS (the shared audio set's measure)."""
+    x = samples.astype(np.float64) / 32768.0
+    return float(10 * np.log10(np.mean(x**2) + 1e-12))
+
+
 def frame_energy_dbfs(samples: np.ndarray, rate: int, win_ms: int = 20, hop_ms: int = 10):
     """Energy in dBFS of ``win_ms`` windows every ``hop_ms`` (the shared audio set's method)."""
-    x = samples.astype(np.float64) / 32768.0
     win, hop = rate * win_ms // 1000, rate * hop_ms // 1000
-    if len(x) < win:
+    if len(samples) < win:
         return np.array([-120.0]), win, hop
-    starts = np.arange(0, len(x) - win + 1, hop)
-    power = np.array([np.mean(x[s : s + win] ** 2) for s in starts])
-    return 10 * np.log10(power + 1e-12), win, hop
+    starts = np.arange(0, len(samples) - win + 1, hop)
+    return np.array([level_dbfs(samples[s : s + win]) for s in starts]), win, hop
 
 
 def speech_bounds(

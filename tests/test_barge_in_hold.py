@@ -43,6 +43,14 @@ class AudioClockedDetector(TurnDetector):
         await super().process_frame(frame, direction)
 
 
+def audio_frames(pcm: np.ndarray) -> list[InputAudioRawFrame]:
+    """16 kHz samples as the 20 ms frames a transport sends."""
+    return [
+        InputAudioRawFrame(audio=pcm[i : i + CHUNK].tobytes(), sample_rate=RATE, num_channels=1)
+        for i in range(0, len(pcm) - CHUNK + 1, CHUNK)
+    ]
+
+
 # 280 ms of speech: Silero calls 5 windows speech (STARTING), short of vad_start_secs.
 @pytest.mark.parametrize(("speech_ms", "confirmed"), [(280, False), (1500, True)])
 async def test_speech_over_the_bot_holds_its_audio_at_once(settings, speech_ms, confirmed):
@@ -50,10 +58,7 @@ async def test_speech_over_the_bot_holds_its_audio_at_once(settings, speech_ms, 
     start = speech_bounds(home, RATE)[0] + RATE // 10
     speech = home[start : start + speech_ms * RATE // 1000]
     pcm = np.concatenate([np.zeros(RATE // 2, np.int16), speech, np.zeros(RATE, np.int16)])
-    frames = [
-        InputAudioRawFrame(audio=pcm[i : i + CHUNK].tobytes(), sample_rate=RATE, num_channels=1)
-        for i in range(0, len(pcm) - CHUNK + 1, CHUNK)
-    ]
+    frames = audio_frames(pcm)
     detector = AudioClockedDetector(settings.turn, TurnModels.load(), AudioClock(), rate=RATE)
     down, _ = await run_test(
         detector,
@@ -87,10 +92,7 @@ async def test_the_hold_comes_at_the_first_sound_not_at_silero_s_voice(settings,
     home = load_audio(SAMPLES / "new_home_in_the_stars.wav", RATE)
     start = speech_bounds(home, RATE)[0]  # a click, 140 ms before the voice
     pcm = np.concatenate([np.zeros(RATE // 2, np.int16), home[start:]])
-    frames = [
-        InputAudioRawFrame(audio=pcm[i : i + CHUNK].tobytes(), sample_rate=RATE, num_channels=1)
-        for i in range(0, len(pcm) - CHUNK + 1, CHUNK)
-    ]
+    frames = audio_frames(pcm)
     turn = settings.turn.model_copy(update={"hold_onset_db": onset_db})
     detector = HoldTimedDetector(turn, TurnModels.load(), AudioClock(), rate=RATE)
     await run_test(detector, frames_to_send=[BotStartedSpeakingFrame(), *frames])

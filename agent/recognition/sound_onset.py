@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from agent.audio import level_dbfs
+
 FLOOR_RISE_DB_PER_SEC = 6.0
 MIN_DBFS = -50.0  # quieter than this is never an onset (a phone line's hiss, dither)
 
@@ -26,10 +28,10 @@ class SoundOnset:
         self._armed = True
 
     def update(self, pcm: bytes, rate: int) -> bool:
-        samples = np.frombuffer(pcm, dtype=np.int16).astype(np.float32) / 32768.0
+        samples = np.frombuffer(pcm, dtype=np.int16)
         if samples.size == 0:
             return False
-        level = 10 * np.log10(float(np.mean(samples**2)) + 1e-12)
+        level = level_dbfs(samples)
         floor = level if self._floor_db is None else self._floor_db
         loud = level >= max(floor + self._rise_db, MIN_DBFS)
         onset = loud and self._armed

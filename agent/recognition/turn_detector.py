@@ -136,7 +136,7 @@ class TurnDetector(FrameProcessor):
         self._pause_text_ready = asyncio.Event()
         self._onset = None if settings.hold_onset_db is None else SoundOnset(settings.hold_onset_db)
         self._holding = False
-        self._held_at: float | None = None  # when the hold began (the first speech window)
+        self._held_at: float | None = None  # when the hold began (first sound or voiced window)
         self._quiet_since: float | None = None  # in a hold: since when the VAD is quiet
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:

@@ -46,8 +46,24 @@ class NoReplyFrame(SystemFrame):
 
 
 @dataclass
+class SpeechLullFrame(SystemFrame):
+    """The line has gone quiet inside a turn while the VAD still hears a voice.
+
+    Silero hears a voice for 80-250 ms after the last loud frame; recognition runs a pass
+    now, so that if this is the end of the turn its transcript is ready when the VAD pauses.
+    """
+
+
+@dataclass
 class SpeechPausedFrame(SystemFrame):
-    """The VAD just heard silence inside a turn (before its stop window confirms a stop)."""
+    """The VAD just heard silence inside a turn (before its stop window confirms a stop).
+
+    ``quiet_from``: where the line went quiet, as a count of the call's input samples, when
+    it has stayed quiet since (None otherwise). A pass over the audio up to that point or
+    later heard the whole turn so far, so recognition may keep it as its pause transcript.
+    """
+
+    quiet_from: int | None = None
 
 
 @dataclass

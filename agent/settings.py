@@ -78,6 +78,13 @@ class TurnSettings(BaseModel):
     hold_release_secs: float = Field(
         0.25, gt=0, description="quiet after an unconfirmed speech window that resumes the bot"
     )
+    lull_pass_ms: int | None = Field(
+        60,
+        ge=20,
+        description="run a recognition pass once the line has been quiet (within 10 dB of its "
+        "noise floor) this long while the VAD still hears a voice, so the transcript is ready "
+        "when the VAD pauses (None: passes on their cadence and at the VAD's pause only)",
+    )
     smart_turn: bool = Field(True, description="ask Smart Turn v3 whether the turn is complete")
     smart_turn_lean: float = Field(
         0.3,
@@ -177,6 +184,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="VOICE_AGENT_",
         env_nested_delimiter="__",
+        env_parse_none_str="null",  # VOICE_AGENT_TURN__LULL_PASS_MS=null turns an option off
         extra="forbid",
         populate_by_name=True,
     )

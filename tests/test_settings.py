@@ -27,6 +27,13 @@ def test_precedence_flags_over_env_over_file(tmp_path, monkeypatch):
     assert s.models_dir == tmp_path / "m"
 
 
+def test_null_in_the_environment_turns_an_option_off(monkeypatch):
+    monkeypatch.delenv("VOICE_AGENT_CONFIG", raising=False)
+    assert load_settings().turn.lull_pass_ms is not None
+    monkeypatch.setenv("VOICE_AGENT_TURN__LULL_PASS_MS", "null")
+    assert load_settings().turn.lull_pass_ms is None
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

@@ -36,3 +36,25 @@ def test_noise_holds_once_when_it_starts_and_never_while_it_lasts():
     assert onset_frames(noise) == []  # steady from the start: it is the floor
     after_silence = np.concatenate([np.zeros(RATE, np.int16), noise])
     assert onset_frames(after_silence) == [RATE // FRAME]  # once, as it starts
+
+
+def test_the_line_is_quiet_from_the_end_of_the_speech_until_the_next_sound():
+    # clean recordings (the JFK clips' room noise stays loud for 0.2-0.6 s after the voice)
+    for clip in ("new_home_in_the_stars.wav", "ldc93s1.wav"):
+        samples = load_audio(SAMPLES / clip, RATE)
+        start, end = speech_bounds(samples, RATE)
+        again = samples[start : start + RATE // 2]  # the caller speaks again
+        end //= FRAME
+        samples = np.concatenate([samples, np.zeros(RATE // 2, np.int16), again])
+        detector = SoundOnset(10.0)
+        quiet = []
+        for i in range(len(samples) // FRAME):
+            detector.update(samples[i * FRAME : (i + 1) * FRAME].tobytes(), RATE)
+            quiet.append(detector.quiet_samples)
+        loud = [i for i, q in enumerate(quiet) if q == 0]
+        last_loud = max(i for i in loud if i <= end + 10)
+        # the speech's weakest tail (35 dB under its peak) may already count as quiet
+        assert end - 5 <= last_loud <= end, clip
+        next_loud = min(i for i in loud if i > last_loud)
+        assert next_loud >= end + 25, clip  # quiet through the half second of silence
+        assert quiet[next_loud - 1] == (next_loud - 1 - last_loud) * FRAME, clip

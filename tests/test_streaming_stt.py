@@ -58,6 +58,60 @@ def test_interims_come_while_speaking_and_a_pause_does_not_split_the_turn(
     assert all(normalise(e.confirmed) in normalise(e.text) for e in interims)
 
 
+class TimedDecoder:
+    """The real decoder, noting on the call clock when each pass starts."""
+
+    def __init__(self, decoder: WhisperDecoder, clock: CallClock) -> None:
+        self.decoder, self.clock, self.starts = decoder, clock, []
+
+    def transcribe(self, audio: np.ndarray, words: bool = False):
+        self.starts.append(self.clock.now_ms())
+        return self.decoder.transcribe(audio, words)
+
+
+def timed_turn(decoder, settings, name: str):
+    """One clip through the turn detector and recognition: its events and pass starts."""
+    clock, events = CallClock(), []
+    timed = TimedDecoder(decoder, clock)
+    turn = ReplayTurn(name, load_audio(SAMPLES / name, RATE))
+    pipeline = Pipeline(
+        [
+            ReplayInput([turn], clock, CallRecorder(RATE), rate=RATE, answer_timeout_secs=5),
+            TurnDetector(settings.turn, TurnModels.load(), clock, rate=RATE),
+            StreamingWhisperSTT(timed, settings.asr, clock, rate=RATE),
+            TranscriptCollector(name, clock, events),
+        ]
+    )
+    asyncio.run(run_pipeline(pipeline, rate=RATE))
+    return events, timed.starts
+
+
+def test_the_pass_run_in_the_lull_before_the_vad_pause_is_the_final_one(decoder, settings):
+    # ldc93s1: the line is quiet 40 ms before the last word's end by the clip's energy rule,
+    # Silero pauses 160 ms after it. No interims, so the worker is free at the lull.
+    asr = settings.asr.model_copy(update={"interim_interval_ms": 60_000})
+    texts = {}
+    for lull_ms in (60, None):
+        turn = settings.turn.model_copy(update={"lull_pass_ms": lull_ms})
+        events, starts = timed_turn(
+            decoder, settings.model_copy(update={"turn": turn, "asr": asr}), "ldc93s1.wav"
+        )
+        last_pause = [e.at_ms for e in events if e.kind == "pause"][-1]
+        finals = [e.text for e in events if e.kind == "final"]
+        assert len(finals) == 1, finals
+        texts[lull_ms] = finals[0]
+        lulls = [e.at_ms for e in events if e.kind == "lull"]
+        # (recognition starts its pass a moment before the pause reaches the collector)
+        passes_after_pause = [t for t in starts if t >= last_pause - 20]
+        if lull_ms:
+            assert lulls and lulls[-1] < last_pause, events
+            assert passes_after_pause == [], (starts, events)  # the lull's pass was kept
+        else:
+            assert lulls == []
+            assert len(passes_after_pause) == 1, (starts, events)  # a pass at the pause
+    assert normalise(texts[60]) == normalise(texts[None])
+
+
 def test_silence_and_noise_give_no_transcript(decoder, settings):
     rng = np.random.default_rng(7)
     silence = np.zeros(3 * RATE, dtype=np.int16)

@@ -6,10 +6,12 @@ while another runs is not queued; the next one starts when the running one ends,
 newest audio, so the cadence is the interval or the pass time, whichever is longer, and a
 slow pass never builds a backlog. Each pass gives an ``InterimTranscriptionFrame`` whose
 confirmed prefix is the words two consecutive passes agree on (LocalAgreement-2). When the
-VAD hears silence the final pass starts at once (speculatively; its text also goes upstream
-to the turn detector); at ``turn_end`` its result is emitted if no speech came after it,
-otherwise a fresh pass runs. Audio before the VAD start is kept (pre-roll) so no first word
-is lost. Long turns are committed and trimmed by ``Utterance`` (see utterance.py).
+line goes quiet while the VAD still hears a voice (a lull), a pass is due at once. When the
+VAD hears silence the final pass starts (speculatively; its text also goes upstream to the
+turn detector), unless the latest pass began after the line went quiet: that one heard the
+whole turn already and is kept. At ``turn_end`` the result is emitted if no speech came
+after it, otherwise a fresh pass runs. Audio before the VAD start is kept (pre-roll) so no
+first word is lost. Long turns are committed and trimmed by ``Utterance`` (see utterance.py).
 
 A decoder failure never ends the call: it is reported once per turn as a
 ``StageErrorFrame(stage="stt")``, interims skip it, and a failed final pass finishes the turn
@@ -39,6 +41,7 @@ from agent.clock import CallClock
 from agent.frames import (
     PauseTranscriptFrame,
     SpeculativeTranscriptFrame,
+    SpeechLullFrame,
     SpeechPausedFrame,
     StageErrorFrame,
     TimelineEventFrame,
@@ -48,12 +51,15 @@ from agent.recognition.whisper_decoder import RATE, Pass, WhisperDecoder
 from agent.settings import ASRSettings
 
 
-class _Speculation:
-    """A final pass started at a pause; dropped as soon as speech resumes."""
+class _RunningPass:
+    """A pass over a snapshot: where its audio ends in the call's input, when it was ready."""
 
-    def __init__(self, snap: Snapshot, future: asyncio.Future, clock: CallClock) -> None:
+    def __init__(
+        self, snap: Snapshot, future: asyncio.Future, clock: CallClock, position: int
+    ) -> None:
         self.snap = snap
         self.future = future
+        self.position = position  # input samples received when the snapshot was taken
         self.ready_ms: float | None = None
         future.add_done_callback(lambda _: setattr(self, "ready_ms", clock.now_ms()))
 
@@ -83,7 +89,9 @@ class StreamingWhisperSTT(FrameProcessor):
         self._busy = False
         self._interim = ""
         self._failed = False
-        self._speculation: _Speculation | None = None
+        self._received = 0  # input samples so far (the turn detector counts the same)
+        self._last_pass: _RunningPass | None = None
+        self._speculation: _RunningPass | None = None  # the pause's pass; dropped on speech
 
     # -- frames -----------------------------------------------------------------------------
 
@@ -98,9 +106,18 @@ class StreamingWhisperSTT(FrameProcessor):
             self._start_turn()
         elif isinstance(frame, VADUserStartedSpeakingFrame):
             self._speculation = None
+        elif isinstance(frame, SpeechLullFrame) and self._utt is not None:
+            self._since_pass = max(self._since_pass, self._interval_samples)  # due now
+            self._maybe_start_interim()
         elif isinstance(frame, SpeechPausedFrame) and self._utt is not None:
-            snap = self._utt.snapshot()
-            self._speculation = _Speculation(snap, self._run_pass(snap), self._clock)
+            last = self._last_pass
+            heard_it_all = (
+                frame.quiet_from is not None
+                and last is not None
+                and last.position >= frame.quiet_from
+                and last.snap.generation == self._utt.generation
+            )
+            self._speculation = last if heard_it_all else self._start_pass(self._utt)
             self.create_task(self._report_pause_transcript(self._speculation))
         elif isinstance(frame, UserStoppedSpeakingFrame) and self._utt is not None:
             await self._finish_turn()
@@ -110,9 +127,15 @@ class StreamingWhisperSTT(FrameProcessor):
         self._since_pass = 0
         self._interim = ""
         self._failed = False
+        self._last_pass = None
         self._speculation = None
 
+    @property
+    def _interval_samples(self) -> int:
+        return self._settings.interim_interval_ms * RATE // 1000
+
     def _on_audio(self, pcm: bytes) -> None:
+        self._received += len(pcm) // 2
         self._pre_roll.add(pcm)
         if self._utt is None:
             return
@@ -122,13 +145,18 @@ class StreamingWhisperSTT(FrameProcessor):
 
     def _maybe_start_interim(self) -> None:
         """Start a pass if one is due and none runs (a due pass waits for the running one)."""
-        due = self._since_pass >= self._settings.interim_interval_ms * RATE // 1000
+        due = self._since_pass >= self._interval_samples
         if due and not self._busy and self._speculation is None and self._utt is not None:
             self._since_pass = 0
             self._busy = True
-            self.create_task(self._interim_pass(self._utt))
+            self.create_task(self._interim_pass(self._utt, self._start_pass(self._utt)))
 
     # -- passes -----------------------------------------------------------------------------
+
+    def _start_pass(self, utt: Utterance) -> _RunningPass:
+        snap = utt.snapshot()
+        self._last_pass = _RunningPass(snap, self._run_pass(snap), self._clock, self._received)
+        return self._last_pass
 
     def _run_pass(self, snap: Snapshot) -> asyncio.Future:
         loop = asyncio.get_running_loop()
@@ -142,14 +170,16 @@ class StreamingWhisperSTT(FrameProcessor):
             self._failed = True
             await self.push_frame(StageErrorFrame(stage="stt", error=error_line(exc)))
 
-    async def _interim_pass(self, utt: Utterance) -> None:
+    async def _interim_pass(self, utt: Utterance, run: _RunningPass) -> None:
         try:
-            snap = utt.snapshot()
+            snap = run.snap
             try:
-                result: Pass = await self._run_pass(snap)
+                result: Pass = await run.future
             except Exception as exc:
                 if utt is self._utt:
                     await self._report_failure(exc, "interim")
+                return
+            if run is self._speculation:  # kept as the pause's pass: a commit would void it
                 return
             interim = utt.update(snap, result)
             if utt is not self._utt or interim is None or not interim.text:
@@ -167,7 +197,7 @@ class StreamingWhisperSTT(FrameProcessor):
             self._busy = False
         self._maybe_start_interim()
 
-    async def _report_pause_transcript(self, spec: _Speculation) -> None:
+    async def _report_pause_transcript(self, spec: _RunningPass) -> None:
         try:
             result: Pass = await spec.future
         except Exception:

@@ -25,7 +25,7 @@ from pipecat.pipeline.pipeline import Pipeline
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from agent.clock import CallClock, CallRecorder
-from agent.frames import NoReplyFrame, SpeechPausedFrame, StageErrorFrame
+from agent.frames import NoReplyFrame, SpeechLullFrame, SpeechPausedFrame, StageErrorFrame
 from agent.pipeline import run_pipeline
 from agent.recognition.streaming_stt import StreamingWhisperSTT
 from agent.recognition.turn_detector import TurnDetector, TurnModels
@@ -36,8 +36,9 @@ from agent.transports.replay import ReplayInput, ReplayTurn
 
 @dataclass
 class TranscriptEvent:
-    """One transcript as it appeared: ``kind`` is interim, final or turn_end; also pause and
-    resume (the VAD heard silence / speech again inside the turn) and error (a stage error)."""
+    """One transcript as it appeared: ``kind`` is interim, final or turn_end; also lull (the
+    line went quiet while the VAD hears a voice), pause and resume (the VAD heard silence /
+    speech again inside the turn) and error (a stage error)."""
 
     file: str
     kind: str
@@ -68,7 +69,9 @@ class TranscriptCollector(FrameProcessor):
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
         now = self._clock.now_ms()
-        if isinstance(frame, SpeechPausedFrame):
+        if isinstance(frame, SpeechLullFrame):
+            self._events.append(TranscriptEvent(self._name, "lull", now))
+        elif isinstance(frame, SpeechPausedFrame):
             self._events.append(TranscriptEvent(self._name, "pause", now))
         elif isinstance(frame, VADUserStartedSpeakingFrame):
             self._events.append(TranscriptEvent(self._name, "resume", now))

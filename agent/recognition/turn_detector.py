@@ -5,8 +5,11 @@ Frames out (audio passes straight through first, so recognition never waits on u
   the VAD's first speech window: its audio stops at once, not ``vad_start_secs`` later;
   released when no speech is confirmed;
 - ``UserStartedSpeakingFrame`` when a turn opens (and an interruption if the bot is talking);
+- ``SpeechLullFrame`` when the line has been quiet for ``lull_pass_ms`` while the VAD still
+  hears a voice (recognition runs a pass then);
 - ``SpeechPausedFrame`` the moment the VAD hears silence (recognition starts its
-  speculative final pass), ``VADUserStartedSpeakingFrame`` if speech resumes in the turn;
+  speculative final pass, or keeps the lull's), ``VADUserStartedSpeakingFrame`` if speech
+  resumes in the turn;
 - ``VADUserStoppedSpeakingFrame`` when the stop window has passed;
 - ``UserStoppedSpeakingFrame`` (``turn_end``) once Smart Turn calls the turn complete (or
   calls it likely, ``smart_turn_lean``, and recognition's pause transcript ends a sentence),
@@ -45,6 +48,7 @@ from agent.clock import CallClock
 from agent.frames import (
     HoldBotAudioFrame,
     PauseTranscriptFrame,
+    SpeechLullFrame,
     SpeechPausedFrame,
     TimelineEventFrame,
 )
@@ -53,6 +57,7 @@ from agent.settings import TurnSettings
 
 SMART_TURN_MAX_SECS = 8
 PAUSE_TEXT_WAIT_SECS = 0.3  # how long a likely end of turn waits for the pause transcript
+LULL_MARGIN_DB = 10.0  # a frame this far over the line's noise floor is a sound, not a lull
 
 
 @dataclass
@@ -135,6 +140,9 @@ class TurnDetector(FrameProcessor):
         self._pause_text = ""
         self._pause_text_ready = asyncio.Event()
         self._onset = None if settings.hold_onset_db is None else SoundOnset(settings.hold_onset_db)
+        self._lull = None if settings.lull_pass_ms is None else SoundOnset(LULL_MARGIN_DB)
+        self._lull_reported = False
+        self._heard = 0  # input samples so far: where a lull began, for recognition
         self._holding = False
         self._held_at: float | None = None  # when the hold began (first sound or voiced window)
         self._quiet_since: float | None = None  # in a hold: since when the VAD is quiet
@@ -165,11 +173,15 @@ class TurnDetector(FrameProcessor):
 
     async def _on_audio(self, pcm: bytes) -> None:
         self._recent.add(pcm)
+        self._heard += len(pcm) // 2
         state = await self._vad.analyze_audio(pcm)
         previous, self._state = self._state, state
         voiced, self._vad.peak_confidence = self._vad.peak_confidence, 0.0
         onset = self._onset is not None and self._onset.update(pcm, self._rate)
         await self._hold_or_release(state, voiced >= self._settings.vad_confidence, onset)
+        if self._lull is not None:
+            self._lull.update(pcm, self._rate)
+            await self._report_lull(state)
         if self._fallback_at_ms is not None and self._clock.now_ms() >= self._fallback_at_ms:
             await self._end_turn()
         if state == previous:
@@ -180,7 +192,7 @@ class TurnDetector(FrameProcessor):
             await self._speech_resumed()
         elif state == VADState.STOPPING:
             self._silence_started = self._clock.now_ms()
-            await self.push_frame(SpeechPausedFrame())
+            await self.push_frame(SpeechPausedFrame(quiet_from=self._quiet_from()))
         elif state == VADState.QUIET and previous == VADState.STOPPING:
             await self._speech_stopped()
 
@@ -200,6 +212,27 @@ class TurnDetector(FrameProcessor):
                 await self.push_frame(HoldBotAudioFrame(hold=False))
         elif self._holding:
             self._quiet_since = None
+
+    async def _report_lull(self, state: VADState) -> None:
+        """Once per lull: the line went quiet while the VAD still hears a voice in the turn."""
+        assert self._lull is not None and self._settings.lull_pass_ms is not None
+        quiet = self._lull.quiet_samples
+        if quiet == 0:
+            self._lull_reported = False
+        elif (
+            self._in_turn
+            and state == VADState.SPEAKING
+            and not self._lull_reported
+            and quiet * 1000 >= self._settings.lull_pass_ms * self._rate
+        ):
+            self._lull_reported = True
+            await self.push_frame(SpeechLullFrame())
+
+    def _quiet_from(self) -> int | None:
+        """Where the line went quiet (in input samples), if it is quiet now."""
+        if self._lull is None or self._lull.quiet_samples == 0:
+            return None
+        return self._heard - self._lull.quiet_samples
 
     async def _speech_started(self) -> None:
         now = self._clock.now_ms()

@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import signal
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -229,9 +230,12 @@ async def test_caller_hanging_up_mid_answer_stops_decoding_and_frees_the_call(se
     async with PhoneCaller(server.url("/phone")) as other:
         await asyncio.sleep(2.0)
         baseline_tasks = server.task_count()
+        before = set(server.server.calls)
         phone = PhoneCaller(server.url("/phone"))
         await phone.__aenter__()
         await asyncio.sleep(0.5)
+        (call_id,) = set(server.server.calls) - before
+        call = weakref.ref(server.server.calls[call_id])
         # Hang up while the engine is still decoding the answer (a short one may be over
         # by its first audio: ask again then).
         for _ in range(3):
@@ -243,6 +247,8 @@ async def test_caller_hanging_up_mid_answer_stops_decoding_and_frees_the_call(se
             pytest.fail("three answers ended before their first audio")
         await phone.__aexit__(None, None, None)  # the socket closes while the bot talks
         assert await wait_until(lambda: len(server.server.calls) == 1, 15), "call not freed"
+        # its pipeline's reference cycles too, at once: not at Python's next full collection
+        assert await wait_until(lambda: call() is None, 5), "the call outlived its end"
         assert await wait_until(lambda: server.task_count() <= baseline_tasks, 15), (
             f"{server.task_count()} tasks on the server loop, {baseline_tasks} before the call"
         )

@@ -98,7 +98,7 @@ def serve(
     ] = None,
 ) -> None:
     """Serve live calls: a phone bridge (/phone, Twilio Media Streams) and a browser page (/)."""
-    from agent.live.process_memory import settle_heap
+    from agent.live.process_memory import freeze_startup_objects, settle_heap
     from agent.live.server import CallServer, check_serve_security, serve_calls
 
     settle_heap()
@@ -112,6 +112,7 @@ def serve(
     check_serve_security(host, secret)  # before minutes of model loading
     _check_port_free(host, port)
     with _runtime(settings) as runtime:
+        freeze_startup_objects()  # the models are loaded: each call's end collects the call only
         server = CallServer(
             runtime, calls_dir, record_wav=wav, say=lambda line: typer.echo(line),
             token=secret, allowed_origins=settings.serve_allowed_origins,

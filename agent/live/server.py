@@ -39,6 +39,7 @@ from websockets.http11 import Request, Response
 from agent.errors import UserError
 from agent.live.call import LiveCall, Runtime
 from agent.live.io import LiveInput, LiveOutput
+from agent.live.process_memory import collect_call_garbage
 from agent.transports.browser import BrowserInput, BrowserOutput, EventSender, parse_control
 from agent.transports.phone import (
     PhoneInput,
@@ -243,6 +244,7 @@ class CallServer:
             await ws.close(1011, "internal error")
         finally:
             self._connections -= 1
+            collect_call_garbage()  # the call is unreachable now: free what it held at once
 
     async def _phone(self, ws: ServerConnection) -> None:
         stream = StreamInfo()

@@ -71,18 +71,10 @@ class TimedDecoder:
 
 def timed_turn(decoder, settings, name: str):
     """One clip through the turn detector and recognition: its events and pass starts."""
-    clock, events = CallClock(), []
+    clock = CallClock()
     timed = TimedDecoder(decoder, clock)
     turn = ReplayTurn(name, load_audio(SAMPLES / name, RATE))
-    pipeline = Pipeline(
-        [
-            ReplayInput([turn], clock, CallRecorder(RATE), rate=RATE, answer_timeout_secs=5),
-            TurnDetector(settings.turn, TurnModels.load(), clock, rate=RATE),
-            StreamingWhisperSTT(timed, settings.asr, clock, rate=RATE),
-            TranscriptCollector(name, clock, events),
-        ]
-    )
-    asyncio.run(run_pipeline(pipeline, rate=RATE))
+    events = asyncio.run(transcribe_stream(timed, turn, settings, clock))
     return events, timed.starts
 
 

@@ -89,12 +89,15 @@ class TranscriptCollector(FrameProcessor):
 
 
 async def transcribe_stream(
-    decoder: WhisperDecoder, turn: ReplayTurn | list[ReplayTurn], settings: Settings
+    decoder: WhisperDecoder,
+    turn: ReplayTurn | list[ReplayTurn],
+    settings: Settings,
+    clock: CallClock | None = None,
 ) -> list[TranscriptEvent]:
     """Play files (one call, one turn each) through turn detection and streaming recognition
-    at real-time pace."""
+    at real-time pace (event times on ``clock``, a new call clock by default)."""
     turns = turn if isinstance(turn, list) else [turn]
-    clock = CallClock()
+    clock = clock or CallClock()
     events: list[TranscriptEvent] = []
     pipeline = Pipeline(
         [

@@ -117,6 +117,22 @@ class HoldBotAudioFrame(SystemFrame):
 
 
 @dataclass
+class HeldAnswerTextFrame(SystemFrame):
+    """Downstream, from the LLM stage: the text so far of a speculative answer, held back
+    until the turn confirms it. The chunker may find its first phrase in it already."""
+
+    text: str = ""
+
+
+@dataclass
+class FirstPhraseAheadFrame(SystemFrame):
+    """Downstream, from the chunker: the first phrase a held answer starts with. Synthesis
+    prepares its audio now, and uses it if that phrase comes to be spoken."""
+
+    text: str = ""
+
+
+@dataclass
 class FirstPhraseSynthesisFrame(SystemFrame):
     """Upstream, from synthesis to the LLM stage: an answer's first phrase is being
     synthesised (``busy``) or is done. That phrase is on the caller's critical path and the

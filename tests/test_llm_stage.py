@@ -26,6 +26,7 @@ from agent import model_store
 from agent.clock import CallClock
 from agent.frames import (
     FirstPhraseSynthesisFrame,
+    HeldAnswerTextFrame,
     LLMUsageFrame,
     PartialTurnFrame,
     SpeculativeTurnFrame,
@@ -138,6 +139,12 @@ async def test_speculative_answer_is_held_until_the_turn_confirms_it(inprocess, 
                   isinstance(f, LLMTextFrame))  # fmt: skip
     first_text = next(i for i, f in enumerate(down) if isinstance(f, LLMTextFrame))
     assert marker < first_text  # nothing was spoken before the turn ended
+    # ... but its text so far was shown downstream, for synthesis to prepare the first phrase
+    held = [(i, f.text) for i, f in enumerate(down) if isinstance(f, HeldAnswerTextFrame)]
+    assert held and held[0][0] < marker
+    assert all(b.startswith(a) for (_, a), (_, b) in zip(held, held[1:], strict=False))
+    spoken = "".join(f.text for f in down if isinstance(f, LLMTextFrame))
+    assert spoken.startswith(held[-1][1])
     usage = [f for f in down if isinstance(f, LLMUsageFrame)]
     assert len(usage) == 1 and usage[0].speculative and usage[0].speculation_misses == 0
     # The first token's time is when it arrived (during the wait), not when it was released.

@@ -1,6 +1,9 @@
 import pytest
+from pipecat.frames.frames import LLMFullResponseEndFrame, LLMFullResponseStartFrame, LLMTextFrame
+from pipecat.tests.utils import run_test
 
-from agent.synthesis.chunker import split_phrase
+from agent.frames import FirstPhraseAheadFrame, HeldAnswerTextFrame, PhraseFrame
+from agent.synthesis.chunker import PhraseChunker, split_phrase
 from agent.synthesis.speakable import speakable
 
 
@@ -42,3 +45,20 @@ def test_later_phrases_wait_for_a_sentence_or_a_long_clause():
 def test_abbreviations_and_decimals_do_not_end_a_sentence():
     assert split_phrase("Ask Dr. Smith about it", False, 3, 6) is None
     assert split_phrase("It is 3.5 metres long", False, 3, 6) is None
+
+
+async def test_a_held_answers_first_phrase_goes_ahead_once_and_as_it_will_be_cut():
+    tokens = ["I", "'m", " sorry", " for", " your", " loss", ".", " How"]
+    other = ["Well", ",", " yes", "."]
+    held = [HeldAnswerTextFrame(text="".join(tokens[: i + 1])) for i in range(len(tokens))]
+    held += [HeldAnswerTextFrame(text="".join(other[: i + 1])) for i in range(len(other))]
+    released = [LLMFullResponseStartFrame(), *[LLMTextFrame(text=t) for t in tokens],
+                LLMFullResponseEndFrame()]  # fmt: skip
+    down, _ = await run_test(
+        PhraseChunker(first_min_words=2, min_words=6), frames_to_send=[*held, *released]
+    )
+    ahead = [f.text for f in down if isinstance(f, FirstPhraseAheadFrame)]
+    phrases = [f.text for f in down if isinstance(f, PhraseFrame)]
+    assert ahead == ["I'm sorry", "Well,"]  # one per held answer
+    assert phrases[0] == ahead[0]  # the phrase the released answer starts with
+    assert not [f for f in down if isinstance(f, HeldAnswerTextFrame)]

@@ -7,7 +7,7 @@ from pipecat.frames.frames import LLMFullResponseEndFrame, TTSAudioRawFrame, TTS
 from pipecat.tests.utils import SleepFrame, run_test
 
 from agent import model_store
-from agent.frames import FirstPhraseSynthesisFrame, PhraseFrame
+from agent.frames import FirstPhraseAheadFrame, FirstPhraseSynthesisFrame, PhraseFrame
 from agent.synthesis.piper_tts import PiperTTS, PiperVoiceModel
 
 
@@ -30,3 +30,37 @@ async def test_first_phrase_synthesis_is_reported_upstream_and_phrases_keep_orde
     assert [f.text for f in down if isinstance(f, TTSTextFrame)] == phrases * 2
     audio = [f for f in down if isinstance(f, TTSAudioRawFrame)]
     assert len(audio) == 4 and all(len(f.audio) > 16000 // 4 for f in audio)
+
+
+class CountingVoice(PiperVoiceModel):
+    """The real voice, counting which texts it synthesises."""
+
+    def __init__(self, voice_path) -> None:
+        super().__init__(voice_path)
+        self.texts: list[str] = []
+
+    def synthesize(self, text: str, out_rate: int):
+        self.texts.append(text)
+        return super().synthesize(text, out_rate)
+
+
+async def test_a_held_answers_first_phrase_is_synthesised_once_ahead_of_its_turn(settings):
+    voice = CountingVoice(model_store.resolve(settings.tts.voice, "tts", settings.models_dir))
+    ahead = voice.synthesize("Hi", 16000)
+    voice.texts.clear()
+    down, _ = await run_test(
+        PiperTTS(voice, rate=16000),
+        frames_to_send=[
+            FirstPhraseAheadFrame(text="I'm sorry,"),  # a held answer: a miss
+            FirstPhraseAheadFrame(text="Hello there,"),  # the next one: a hit
+            SleepFrame(sleep=1.0),  # the turn detector is still deciding
+            PhraseFrame(text="Hello there,"),
+            PhraseFrame(text="I'm sorry,"),  # not the first phrase: synthesised again
+            LLMFullResponseEndFrame(),
+            SleepFrame(sleep=2.0),
+        ],
+    )
+    assert voice.texts == ["I'm sorry,", "Hello there,", "I'm sorry,"]
+    audio = [f.audio for f in down if isinstance(f, TTSAudioRawFrame)]
+    assert [f.text for f in down if isinstance(f, TTSTextFrame)] == ["Hello there,", "I'm sorry,"]
+    assert len(audio) == 2 and all(len(a) > len(ahead) for a in audio)  # ~0.5 s each

@@ -16,8 +16,9 @@ upstream) the engine pauses decoding: that phrase is what the caller waits for.
 
 Speculation: a ``SpeculativeTurnFrame`` (the pause transcript, before the turn ends) starts
 the answer at once, its frames held back. When the turn's real context matches, they are
-released (a hit: the LLM's time to first token overlapped endpointing); when it differs or
-the caller speaks again, the answer is dropped (a miss, counted in the next turn's record).
+released (a hit: the LLM's time to first token overlapped endpointing; meanwhile
+``HeldAnswerTextFrame`` lets synthesis prepare the first phrase); when it differs or the
+caller speaks again, the answer is dropped (a miss, counted in the next turn's record).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from agent.clock import CallClock
 from agent.frames import (
     FirstPhraseSynthesisFrame,
+    HeldAnswerTextFrame,
     LLMUsageFrame,
     PartialTurnFrame,
     SpeculativeTurnFrame,
@@ -147,10 +149,13 @@ class StreamingLLM(FrameProcessor):
         self._held = None
 
     async def _emit(self, frame: Frame) -> None:
-        if self._held is not None:
-            self._held.append(frame)
-        else:
+        if self._held is None:
             await self._push_answer_frame(frame)
+            return
+        self._held.append(frame)
+        if isinstance(frame, LLMTextFrame):  # synthesis may prepare the first phrase
+            text = "".join(f.text for f in self._held if isinstance(f, LLMTextFrame))
+            await self.push_frame(HeldAnswerTextFrame(text=text))
 
     async def _push_answer_frame(self, frame: Frame) -> None:
         if isinstance(frame, LLMUsageFrame):  # the misses since the last answer that went out

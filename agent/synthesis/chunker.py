@@ -4,6 +4,10 @@ The first phrase of an answer is released at the first clause boundary or once i
 ``first_min_words`` complete words, whichever comes first. Later phrases wait for a
 sentence end, or a clause boundary after ``min_words`` words, so prosody stays natural.
 A word counts as complete only once the next token has begun (it may still grow).
+
+A speculative answer's held text (``HeldAnswerTextFrame``) is split the same way, token by
+token, so its first phrase is known before the turn ends: it goes ahead to synthesis as a
+``FirstPhraseAheadFrame``, once per answer.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from pipecat.frames.frames import (
 )
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
-from agent.frames import PhraseFrame
+from agent.frames import FirstPhraseAheadFrame, HeldAnswerTextFrame, PhraseFrame
 from agent.synthesis.speakable import speakable
 
 SENTENCE_END = re.compile(r"[.!?]+[\"')\]]*(?=\s)")
@@ -57,10 +61,14 @@ class PhraseChunker(FrameProcessor):
         self._min_words = min_words
         self._buffer = ""
         self._first = True
+        self._held = ""  # the held answer's text as last seen
+        self._held_phrase_sent = False
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
-        if isinstance(frame, LLMTextFrame):
+        if isinstance(frame, HeldAnswerTextFrame):
+            await self._phrase_ahead(frame.text)
+        elif isinstance(frame, LLMTextFrame):
             self._buffer += frame.text
             await self._release()
         elif isinstance(frame, LLMFullResponseStartFrame):
@@ -75,6 +83,20 @@ class PhraseChunker(FrameProcessor):
             await self.push_frame(frame, direction)
         else:
             await self.push_frame(frame, direction)
+
+    async def _phrase_ahead(self, held: str) -> None:
+        """The first phrase of a held answer, as ``_release`` will cut it token by token."""
+        if not held.startswith(self._held):  # another answer
+            self._held_phrase_sent = False
+        self._held = held
+        if self._held_phrase_sent:
+            return
+        end = split_phrase(held, True, self._first_min_words, self._min_words)
+        if end is not None:
+            self._held_phrase_sent = True
+            spoken = speakable(held[:end])
+            if any(ch.isalnum() for ch in spoken):
+                await self.push_frame(FirstPhraseAheadFrame(text=spoken))
 
     async def _release(self) -> None:
         while (end := split_phrase(

@@ -6,6 +6,11 @@ followed by its ``TTSTextFrame``; the output transport releases that text only o
 audio before it has been written, so the assistant context holds what was actually spoken.
 A barge-in drops the queued phrases.
 
+A held speculative answer's first phrase (``FirstPhraseAheadFrame``) is synthesised at once;
+if the answer is confirmed, that phrase's audio is ready when it comes, and the caller no
+longer waits for synthesis after the end of the turn. A dropped answer's audio is never
+pushed (the phrase never comes), only its synthesis time is lost.
+
 A phrase the voice fails on is skipped (a ``StageErrorFrame`` records it in the turn) and
 the phrases after it are still spoken; an answer left with no audio at all ends with a
 ``NoReplyFrame``, so the call moves on to the caller's next turn instead of waiting for
@@ -36,7 +41,13 @@ from pipecat.frames.frames import (
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from piper import PiperConfig, PiperVoice, SynthesisConfig
 
-from agent.frames import FirstPhraseSynthesisFrame, NoReplyFrame, PhraseFrame, StageErrorFrame
+from agent.frames import (
+    FirstPhraseAheadFrame,
+    FirstPhraseSynthesisFrame,
+    NoReplyFrame,
+    PhraseFrame,
+    StageErrorFrame,
+)
 
 
 def load_voice(voice_path: Path, threads: int | None = None) -> PiperVoice:
@@ -125,9 +136,13 @@ class PiperTTS(FrameProcessor):
         self._worker: asyncio.Task | None = None
         self._speaking = False
         self._answer_failed = False  # a phrase of the current answer could not be spoken
+        self._ahead: tuple[str, asyncio.Task] | None = None  # a held answer's first phrase
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
+        if isinstance(frame, FirstPhraseAheadFrame):
+            self._ahead = (frame.text, self.create_task(self._synthesize_first(frame.text)))
+            return
         if isinstance(frame, PhraseFrame | LLMFullResponseEndFrame):
             if self._worker is None:
                 self._worker = self.create_task(self._work())
@@ -144,6 +159,7 @@ class PiperTTS(FrameProcessor):
         self._queue = asyncio.Queue()
         self._speaking = False
         self._answer_failed = False
+        self._ahead = None
 
     async def _work(self) -> None:
         loop = asyncio.get_running_loop()
@@ -159,13 +175,17 @@ class PiperTTS(FrameProcessor):
                 await self.push_frame(frame)
                 continue
             assert isinstance(frame, PhraseFrame)
-            first = not self._speaking
-            if first:
-                await self.push_frame(FirstPhraseSynthesisFrame(busy=True), FrameDirection.UPSTREAM)
+            ahead, self._ahead = self._ahead, None
             try:
-                audio = await loop.run_in_executor(
-                    self._executor, self._voice.synthesize, frame.text, self._rate
-                )
+                if self._speaking:
+                    audio = await loop.run_in_executor(
+                        self._executor, self._voice.synthesize, frame.text, self._rate
+                    )
+                else:
+                    ready = ahead is not None and ahead[0] == frame.text
+                    audio = await ahead[1] if ready else None  # None if it failed: again
+                    if audio is None:
+                        audio = await self._synthesize_first(frame.text)
             except Exception as exc:  # noqa: BLE001 - one bad phrase must not end the call
                 self._answer_failed = True
                 detail = " ".join(str(exc).split())[:160]
@@ -173,11 +193,6 @@ class PiperTTS(FrameProcessor):
                     StageErrorFrame(stage="tts", error=f"{type(exc).__name__}: {detail}")
                 )
                 continue
-            finally:
-                if first:
-                    await self.push_frame(
-                        FirstPhraseSynthesisFrame(busy=False), FrameDirection.UPSTREAM
-                    )
             if not self._speaking:
                 await self.push_frame(TTSStartedFrame())
                 self._speaking = True
@@ -185,6 +200,16 @@ class PiperTTS(FrameProcessor):
                 TTSAudioRawFrame(audio=audio.tobytes(), sample_rate=self._rate, num_channels=1)
             )
             await self.push_frame(TTSTextFrame(text=frame.text, text_type="sentence"))
+
+    async def _synthesize_first(self, text: str) -> np.ndarray:
+        """An answer's first phrase: the LLM stage pauses decoding meanwhile."""
+        await self.push_frame(FirstPhraseSynthesisFrame(busy=True), FrameDirection.UPSTREAM)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                self._executor, self._voice.synthesize, text, self._rate
+            )
+        finally:
+            await self.push_frame(FirstPhraseSynthesisFrame(busy=False), FrameDirection.UPSTREAM)
 
     async def cleanup(self) -> None:
         await super().cleanup()

@@ -93,6 +93,14 @@ class TurnSettings(BaseModel):
         description="Smart Turn probability that ends the turn when the transcript so far "
         "ends a sentence",
     )
+    phone_smart_turn_lean: float | None = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description="smart_turn_lean on phone calls: Smart Turn, trained on wideband speech, "
+        "hears a finished sentence in 8 kHz audio as less finished (scripts/"
+        "bench_endpointing.py --line phone; None: the same as smart_turn_lean)",
+    )
     max_silence_secs: float = Field(
         1.5, gt=0, description="silence after which the turn ends whatever the detector says"
     )
@@ -226,6 +234,15 @@ class Settings(BaseSettings):
     serve_max_call_secs: float = Field(
         1800.0, gt=0, description="a live call is ended (files written) after this long"
     )
+
+    def for_phone(self) -> Settings:
+        """These settings for a phone call's audio (8 kHz: see ``phone_smart_turn_lean``)."""
+        lean = self.turn.phone_smart_turn_lean
+        if lean is None:
+            return self
+        return self.model_copy(
+            update={"turn": self.turn.model_copy(update={"smart_turn_lean": lean})}
+        )
 
     @field_validator("models_dir", "budget_file", mode="after")
     @classmethod

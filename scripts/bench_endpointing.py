@@ -5,7 +5,11 @@ original recording: pauses of about 1.1, 1.0 and 0.5 s inside one turn), jfk_par
 and two-sentence turns made of real clips (ldc93s1 and new_home_in_the_stars, speech only)
 joined by a silence of 0.4 to 1.3 s. Each turn is followed by 4 s of silence.
 
-For each setting in the grid (VAD stop window x Smart Turn on/off x max silence) the real
+``--line phone`` plays the same turns as a phone call hears them: 8 kHz mu-law, through the
+phone bridge's own resamplers (no sound above 3.7 kHz, which Smart Turn was not trained on).
+
+For each setting in the grid (VAD stop window x Smart Turn on/off x its lean threshold x max
+silence; each axis may be narrowed on the command line) the real
 TurnDetector (Silero VAD, Smart Turn v3 with the pause-transcript rule, fed by the real
 streaming recogniser) hears the turns on an audio clock, as fast as the CPU allows: the
 feeder waits while the detector judges a stop, and the judging's wall time is added to
@@ -16,6 +20,8 @@ pauses inside JFK's sentence and the eight pauses between two finished sentences
 calling the turn over is defensible; a caller may still go on).
 
     .venv/bin/python scripts/bench_endpointing.py [--out runs/bench_endpointing.json]
+    .venv/bin/python scripts/bench_endpointing.py --line phone --stop-windows 0.15 \
+        --max-silences 1.5 --smart-turn on --leans 0.3,0.2,0.1,0.05
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ from agent.recognition.turn_detector import TurnDetector, TurnModels
 from agent.recognition.whisper_decoder import RATE, WhisperDecoder
 from agent.settings import Settings, TurnSettings
 from agent.timing.budget import rounded_percentile
+from agent.transports.phone import through_phone_line
 
 SAMPLES = Path(__file__).resolve().parents[1] / "agent" / "samples"
 FRAME = RATE * 20 // 1000
@@ -74,8 +81,8 @@ def _speech(name: str) -> np.ndarray:
     return samples[bounds[0] : bounds[1]]
 
 
-def build_turns() -> list[Turn]:
-    """Real speech with known true ends and mid-turn pauses."""
+def build_turns(line: str = "wide") -> list[Turn]:
+    """Real speech with known true ends and mid-turn pauses, heard on a wide or phone line."""
     lead = np.zeros(RATE // 2, dtype=np.int16)
     jfk = [load_audio(SAMPLES / f, RATE) for f in ("jfk_part1.wav", "jfk_part2.wav")]
     whole = [("jfk_whole", np.concatenate(jfk)), ("jfk_part2", jfk[1])]
@@ -87,6 +94,8 @@ def build_turns() -> list[Turn]:
     ]
     turns = []
     for name, samples in whole + joined:
+        if line == "phone":
+            samples = through_phone_line(samples)
         bounds = speech_bounds(samples, RATE)
         assert bounds is not None, name
         tail = np.zeros(int(TAIL_SECS * RATE), dtype=np.int16)
@@ -208,28 +217,42 @@ async def run_one(
     return result
 
 
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",")]
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("runs/bench_endpointing.json"))
+    parser.add_argument("--line", choices=("wide", "phone"), default="wide")
+    parser.add_argument("--stop-windows", type=_floats, default=STOP_WINDOWS)
+    parser.add_argument("--max-silences", type=_floats, default=MAX_SILENCES)
+    parser.add_argument("--smart-turn", choices=("on", "off", "both"), default="both")
+    parser.add_argument("--leans", type=_floats, help="Smart Turn lean thresholds (default: ours)")
     args = parser.parse_args()
     settings = Settings()
+    smart_turn = {"on": (True,), "off": (False,), "both": (False, True)}[args.smart_turn]
+    leans = args.leans or [settings.turn.smart_turn_lean]
     decoder = WhisperDecoder(
         model_store.resolve(settings.asr.model, "asr", settings.models_dir),
         compute_type=settings.asr.compute_type, threads=settings.asr.threads,
         language=settings.asr.language,
     )  # fmt: skip
-    turns = build_turns()
+    turns = build_turns(args.line)
     rows = []
-    for stop, smart, max_silence in itertools.product(STOP_WINDOWS, (False, True), MAX_SILENCES):
-        turn = settings.turn.model_copy(
-            update={"vad_stop_secs": stop, "smart_turn": smart, "max_silence_secs": max_silence}
-        )
-        row = {"vad_stop_secs": stop, "smart_turn": smart, "max_silence_secs": max_silence}
+    grid = itertools.product(args.stop_windows, smart_turn, leans, args.max_silences)
+    for stop, smart, lean, max_silence in grid:
+        if not smart and lean != leans[0]:
+            continue  # the lean threshold is Smart Turn's
+        row = {"vad_stop_secs": stop, "smart_turn": smart, "smart_turn_lean": lean,
+               "max_silence_secs": max_silence}  # fmt: skip
+        turn = settings.turn.model_copy(update=row)
         row |= await run_one(turns, turn, decoder, settings)
         rows.append(row)
         e = row["endpointing_ms"]
         print(
-            f"stop {stop:.2f}  smart_turn {'on ' if smart else 'off'}  max_silence {max_silence}"
+            f"stop {stop:.2f}  smart_turn {f'on (lean {lean})' if smart else 'off'}"
+            f"  max_silence {max_silence}"
             f"  endpointing p50 {e['p50']} p95 {e['p95']} ms"
             f"  false ends {row['false_turn_ends']} ({row['false_turn_ends_per_turn']}/turn;"
             f" mid-sentence {row['false_turn_ends_mid_sentence']} of {MID_SENTENCE_PAUSES},"
@@ -237,6 +260,7 @@ async def main() -> None:
             flush=True,
         )
     report = {
+        "line": args.line,
         "turns": [{"name": t.name, "true_end_s": round(t.end / RATE, 2)} for t in turns],
         "defaults": settings.turn.model_dump(),
         "grid": rows,

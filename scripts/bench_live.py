@@ -1,13 +1,18 @@
 """Live-call benchmark: voice-to-voice over /phone on loopback vs replay, and barge-in latency.
 
-One process loads the models and the LLM engine once, then:
+One process loads the models and the LLM engine once, then, round by round:
   1. replays the clips as turns of one call (the replay contract's voice_to_voice);
-  2. plays the same clips as turns of one phone call through a real websocket server on
+  2. replays them again as a phone line carries them (8 kHz mu-law both ways, the bridge's
+     own resamplers) with a phone call's settings: the same turns as 3 minus the transport,
+     so the difference between 2 and 3 is what the phone endpoint itself costs;
+  3. plays the same clips as turns of one phone call through a real websocket server on
      loopback (a simulated Twilio caller streaming 8 kHz mu-law in real time), measured
        - by the server (turn records: from the VAD's speech end, an estimate), and
        - by the caller (from the clip's true speech end as sent, to the first bot audio
          received: codec, socket and pacing included);
-  3. interrupts the bot N times: the caller asks, and once the answer's audio is arriving
+  Paired per turn (same clip, same round): phone (caller) minus replay of the phone audio,
+  and phone minus the plain replay. Then it
+  4. interrupts the bot N times: the caller asks, and once the answer's audio is arriving
      talks over it; barge-in latency = caller speech start (as sent) -> the bot's audio
      stopped at the caller (the end of the last audio it received before the ``clear``:
      the server holds the audio at the first speech window, then confirms with ``clear``),
@@ -38,7 +43,7 @@ from agent.pipeline import AgentModels, llm_engine
 from agent.replay import replay_call
 from agent.settings import Settings
 from agent.timing.budget import load_budget, rounded_percentile
-from agent.transports.phone import PHONE_RATE
+from agent.transports.phone import PHONE_RATE, through_phone_line
 from agent.transports.replay import ReplayTurn
 
 SAMPLES = Path(__file__).resolve().parents[1] / "agent" / "samples"
@@ -120,18 +125,27 @@ async def barge_ins(url: str, question: np.ndarray, interruption: np.ndarray, n:
     return attempts
 
 
-async def bench(args: argparse.Namespace, runtime: Runtime, work: Path) -> dict[str, Any]:
-    names = CLIPS * args.rounds
-    clips = [load_audio(SAMPLES / name, RATE) for name in names]
-
-    started = time.monotonic()
+async def replay_round(
+    runtime: Runtime, settings: Settings, clips: list[np.ndarray], out: Path
+) -> list[dict]:
+    turns = [ReplayTurn(name=n, samples=c) for n, c in zip(CLIPS, clips, strict=True)]
     await replay_call(
-        [ReplayTurn(name=n, samples=c) for n, c in zip(names, clips, strict=True)],
-        work / "replay", settings=runtime.settings, models=runtime.models,
-        engine=runtime.engine, budget=runtime.budget,
+        turns, out, settings=settings, models=runtime.models, engine=runtime.engine,
+        budget=runtime.budget,
     )  # fmt: skip
-    replayed = records(work / "replay")
-    print(f"replay: {len(replayed)} turns in {time.monotonic() - started:.0f} s")
+    return records(out)
+
+
+def paired(a: list[float | None], b: list[float | None]) -> dict[str, Any]:
+    """Turn-by-turn differences a - b (same clip, same round)."""
+    return stats([x - y for x, y in zip(a, b, strict=True) if x is not None and y is not None])
+
+
+async def bench(args: argparse.Namespace, runtime: Runtime, work: Path) -> dict[str, Any]:
+    clips = [load_audio(SAMPLES / name, RATE) for name in CLIPS]
+    phone_clips = [through_phone_line(c) for c in clips]
+    phone_settings = runtime.settings.for_phone()
+    replayed, replayed_phone, phoned, client_v2v = [], [], [], []
 
     server = CallServer(runtime, work / "calls", say=lambda _line: None)
     stop = asyncio.Event()
@@ -141,10 +155,16 @@ async def bench(args: argparse.Namespace, runtime: Runtime, work: Path) -> dict[
     )
     url = f"ws://127.0.0.1:{await ready}/phone"
     try:
-        started = time.monotonic()
-        client_v2v = await phone_turns(url, clips)
-        phone_call = sorted((work / "calls").glob("*-phone-*"))[-1]
-        print(f"phone: {len(client_v2v)} turns in {time.monotonic() - started:.0f} s")
+        for r in range(args.rounds):
+            started = time.monotonic()
+            replayed += await replay_round(runtime, runtime.settings, clips, work / f"replay{r}")
+            replayed_phone += await replay_round(
+                runtime, phone_settings, phone_clips, work / f"replay_phone{r}"
+            )
+            client_v2v += await phone_turns(url, clips)
+            phoned += records(sorted((work / "calls").glob("*-phone-*"))[-1])
+            print(f"round {r + 1}: replay, phone-audio replay, phone call "
+                  f"in {time.monotonic() - started:.0f} s")  # fmt: skip
 
         started = time.monotonic()
         question = load_audio(SAMPLES / "ldc93s1.wav", RATE)
@@ -157,14 +177,24 @@ async def bench(args: argparse.Namespace, runtime: Runtime, work: Path) -> dict[
         stop.set()
         await serving
 
-    phoned = records(phone_call)
+    names = CLIPS * args.rounds
     server_barge = [r["barge_in_ms"] for r in records(barge_call) if r["interrupted"]]
+    v2v = {
+        "replay": [r["voice_to_voice_ms"] for r in replayed],
+        "replay_phone_audio": [r["voice_to_voice_ms"] for r in replayed_phone],
+        "phone_server": [r["voice_to_voice_ms"] for r in phoned],
+        "phone_caller": client_v2v,
+    }
+    for key, values in v2v.items():  # a turn split in two or merged: its call is not paired
+        if len(values) != len(names):
+            print(f"{key}: {len(values)} turns for {len(names)} clips, left out of the pairs")
+            v2v[key] = [None] * len(names)
     return {
         "clips": names,
-        "voice_to_voice_ms": {
-            "replay": stats([r["voice_to_voice_ms"] for r in replayed]),
-            "phone_server": stats([r["voice_to_voice_ms"] for r in phoned]),
-            "phone_caller": stats(client_v2v),
+        "voice_to_voice_ms": {k: stats(v) for k, v in v2v.items()},
+        "phone_minus_replay_ms": {
+            "same_phone_audio": paired(v2v["phone_caller"], v2v["replay_phone_audio"]),
+            "wideband_replay": paired(v2v["phone_caller"], v2v["replay"]),
         },
         "barge_in_ms": {
             "caller": stats([a["latency_ms"] for a in attempts]),
@@ -173,17 +203,11 @@ async def bench(args: argparse.Namespace, runtime: Runtime, work: Path) -> dict[
             "attempts": attempts,
             "interrupted": sum(1 for a in attempts if a["latency_ms"] is not None),
         },
-        "per_turn": [
-            {
-                "clip": n,
-                "replay": r["voice_to_voice_ms"],
-                "phone_server": p["voice_to_voice_ms"] if p else None,
-                "phone_caller": c,
-            }
-            for n, r, p, c in zip(
-                names, replayed, phoned + [None] * len(names), client_v2v, strict=False
-            )
-        ],  # fmt: skip
+        "per_turn": [{"clip": n, **{k: v[i] for k, v in v2v.items()}} for i, n in enumerate(names)],
+        "smart_turn_lean": {
+            "wideband": runtime.settings.turn.smart_turn_lean,
+            "phone": phone_settings.turn.smart_turn_lean,
+        },  # fmt: skip
         "engine": runtime.settings.llm.engine,
         "asr": runtime.settings.asr.model,
     }
@@ -193,9 +217,14 @@ def show(result: dict[str, Any]) -> None:
     print(f"\n{'voice-to-voice (ms)':<34}{'n':>4}{'p50':>9}{'p95':>9}")
     for name, label in (("replay", "replay (exact speech end)"),
                         ("phone_server", "phone, server's turn records"),
+                        ("replay_phone_audio", "replay of the phone audio"),
                         ("phone_caller", "phone, measured by the caller")):  # fmt: skip
         s = result["voice_to_voice_ms"][name]
         print(f"{label:<34}{s['n']:>4}{s['p50'] or 0:>9.0f}{s['p95'] or 0:>9.0f}")
+    for name, label in (("same_phone_audio", "phone - replay of phone audio"),
+                        ("wideband_replay", "phone - replay")):  # fmt: skip
+        s = result["phone_minus_replay_ms"][name]
+        print(f"{label + ', paired':<34}{s['n']:>4}{s['p50'] or 0:>9.0f}{s['p95'] or 0:>9.0f}")
     b = result["barge_in_ms"]
     print(f"\n{'barge-in (ms)':<34}{'n':>4}{'p50':>9}{'p95':>9}   "
           f"({b['interrupted']}/{len(b['attempts'])} attempts cut the bot off)")  # fmt: skip

@@ -18,7 +18,12 @@ from websockets.exceptions import ConnectionClosed
 
 from agent.audio import load_audio, speech_bounds
 from agent.live.caller import PhoneCaller
-from agent.transports.phone import Rate2Converter, mulaw_decode, mulaw_encode
+from agent.transports.phone import (
+    Rate2Converter,
+    mulaw_decode,
+    mulaw_encode,
+    through_phone_line,
+)
 from tests.conftest import SAMPLES, wer
 from tests.live_server import serving
 
@@ -38,6 +43,15 @@ def clip(name: str, lead_secs: float | None = None) -> np.ndarray:
         start = speech_bounds(samples, RATE)[0]
         samples = samples[max(0, start - int(lead_secs * RATE)) :]
     return samples
+
+
+def test_the_phone_line_keeps_the_voice_band_and_drops_what_is_above_it():
+    t = np.arange(RATE) / RATE
+    tones = {f: (np.sin(2 * np.pi * f * t) * 8000).astype(np.int16) for f in (1000, 6000)}
+    rms = {f: np.sqrt(np.mean(through_phone_line(x)[800:].astype(float) ** 2)) / 8000
+           for f, x in tones.items()}  # fmt: skip
+    assert 0.65 < rms[1000] < 0.76  # a sine's rms is 0.707 of its peak
+    assert rms[6000] < 0.01
 
 
 def test_mulaw_codec_matches_the_g711_tables():
@@ -69,7 +83,7 @@ def test_8k_round_trip_keeps_the_telephone_band():
     assert np.abs(leaked[200:]).max() < 8000 * 10 ** (-40 / 20)
 
 
-async def test_call_answers_is_cut_off_by_the_caller_and_hangs_up(server, manifest):
+async def test_call_answers_is_cut_off_by_the_caller_and_hangs_up(server, manifest, settings):
     question = clip("ldc93s1.wav")
     barge_in = clip("new_home_in_the_stars.wav", lead_secs=0.1)
     barge_in_start = speech_bounds(barge_in, RATE)[0]
@@ -136,6 +150,7 @@ async def test_call_answers_is_cut_off_by_the_caller_and_hangs_up(server, manife
     info = json.loads((folder / "call.json").read_text())
     assert info["end_reason"] == "the phone sent stop"
     assert info["stream_sid"] == phone.stream_sid and info["marks_played"] >= 1
+    assert info["smart_turn_lean"] == settings.for_phone().turn.smart_turn_lean  # 8 kHz audio
     audio, rate = sf.read(folder / "call.wav", dtype="int16")
     assert rate == RATE and audio.shape[1] == 2 and np.abs(audio[:, 1]).max() > 1000
     assert (folder / "summary.json").exists()

@@ -196,6 +196,7 @@ class LiveCall:
         max_secs: float | None = None,
     ) -> None:
         self.runtime = runtime
+        self.settings = runtime.settings.for_phone() if kind == "phone" else runtime.settings
         self.max_secs = max_secs  # a call left open forever would hold its pipeline forever
         self.kind = kind
         self.id = secrets.token_hex(3)
@@ -203,7 +204,9 @@ class LiveCall:
         rate = runtime.settings.sample_rate
         self.clock = CallClock()
         self.recorder: CallRecorder = CallRecorder(rate) if record_wav else NullRecorder(rate)
-        self.info: dict[str, Any] = {"id": self.id, "kind": kind}
+        self.info: dict[str, Any] = {
+            "id": self.id, "kind": kind, "smart_turn_lean": self.settings.turn.smart_turn_lean,
+        }  # fmt: skip
         self._record_wav = record_wav
         self._emit = emit or (lambda _event: None)
         self._details = details
@@ -241,7 +244,7 @@ class LiveCall:
         # which would stall the audio of every other call in progress.
         pipeline = await asyncio.to_thread(
             build_pipeline, transport_in, transport_out, models=rt.models, engine=rt.engine,
-            settings=rt.settings, clock=self.clock,
+            settings=self.settings, clock=self.clock,
         )  # fmt: skip
         self._timer = TurnTimer(self.clock, rt.budget)
         observer = CallObserver(self._timer, rt.budget, transport_out, self._emit,

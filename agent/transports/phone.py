@@ -89,6 +89,13 @@ class Rate2Converter:
         self._phase = 0
 
 
+def through_phone_line(samples: np.ndarray) -> np.ndarray:
+    """16 kHz audio as the agent hears it from a phone call (8 kHz mu-law, our resamplers):
+    for benchmarks and tests that replay a phone call's audio without the socket."""
+    narrow = mulaw_decode(mulaw_encode(Rate2Converter(up=False)(samples)))
+    return Rate2Converter(up=True)(narrow)
+
+
 @dataclass
 class StreamInfo:
     """What the phone side told us in its ``start`` message, and the marks it played."""

@@ -145,7 +145,10 @@ async def bench(args: argparse.Namespace, runtime: Runtime, work: Path) -> dict[
     clips = [load_audio(SAMPLES / name, RATE) for name in CLIPS]
     phone_clips = [through_phone_line(c) for c in clips]
     phone_settings = runtime.settings.for_phone()
-    replayed, replayed_phone, phoned, client_v2v = [], [], [], []
+    kinds = ("replay", "replay_phone_audio", "phone_server", "phone_caller")
+    every: dict[str, list] = {k: [] for k in kinds}  # every turn's voice-to-voice
+    paired_turns: dict[str, list] = {k: [] for k in kinds}  # per clip, None in a split round
+    transport_out: list[float | None] = []  # the phone output's own stage
 
     server = CallServer(runtime, work / "calls", say=lambda _line: None)
     stop = asyncio.Event()
@@ -157,14 +160,27 @@ async def bench(args: argparse.Namespace, runtime: Runtime, work: Path) -> dict[
     try:
         for r in range(args.rounds):
             started = time.monotonic()
-            replayed += await replay_round(runtime, runtime.settings, clips, work / f"replay{r}")
-            replayed_phone += await replay_round(
+            replayed = await replay_round(runtime, runtime.settings, clips, work / f"replay{r}")
+            replayed_phone = await replay_round(
                 runtime, phone_settings, phone_clips, work / f"replay_phone{r}"
             )
-            client_v2v += await phone_turns(url, clips)
-            phoned += records(sorted((work / "calls").glob("*-phone-*"))[-1])
+            caller = await phone_turns(url, clips)
+            phoned = records(sorted((work / "calls").glob("*-phone-*"))[-1])
             print(f"round {r + 1}: replay, phone-audio replay, phone call "
                   f"in {time.monotonic() - started:.0f} s")  # fmt: skip
+            measured = {
+                "replay": [t["voice_to_voice_ms"] for t in replayed],
+                "replay_phone_audio": [t["voice_to_voice_ms"] for t in replayed_phone],
+                "phone_server": [t["voice_to_voice_ms"] for t in phoned],
+                "phone_caller": caller,
+            }
+            transport_out += [t["stages"]["transport_out"] for t in phoned]
+            for key, values in measured.items():
+                every[key] += values
+                if len(values) != len(clips):  # a turn split in two or merged: not paired
+                    print(f"  {key}: {len(values)} turns for {len(clips)} clips, not paired")
+                    values = [None] * len(clips)
+                paired_turns[key] += values
 
         started = time.monotonic()
         question = load_audio(SAMPLES / "ldc93s1.wav", RATE)
@@ -179,23 +195,15 @@ async def bench(args: argparse.Namespace, runtime: Runtime, work: Path) -> dict[
 
     names = CLIPS * args.rounds
     server_barge = [r["barge_in_ms"] for r in records(barge_call) if r["interrupted"]]
-    v2v = {
-        "replay": [r["voice_to_voice_ms"] for r in replayed],
-        "replay_phone_audio": [r["voice_to_voice_ms"] for r in replayed_phone],
-        "phone_server": [r["voice_to_voice_ms"] for r in phoned],
-        "phone_caller": client_v2v,
-    }
-    for key, values in v2v.items():  # a turn split in two or merged: its call is not paired
-        if len(values) != len(names):
-            print(f"{key}: {len(values)} turns for {len(names)} clips, left out of the pairs")
-            v2v[key] = [None] * len(names)
+    v2v = paired_turns
     return {
         "clips": names,
-        "voice_to_voice_ms": {k: stats(v) for k, v in v2v.items()},
+        "voice_to_voice_ms": {k: stats(v) for k, v in every.items()},
         "phone_minus_replay_ms": {
             "same_phone_audio": paired(v2v["phone_caller"], v2v["replay_phone_audio"]),
             "wideband_replay": paired(v2v["phone_caller"], v2v["replay"]),
         },
+        "phone_transport_out_ms": stats(transport_out),
         "barge_in_ms": {
             "caller": stats([a["latency_ms"] for a in attempts]),
             "caller_clear": stats([a["clear_ms"] for a in attempts if a.get("answered")]),
@@ -225,6 +233,8 @@ def show(result: dict[str, Any]) -> None:
                         ("wideband_replay", "phone - replay")):  # fmt: skip
         s = result["phone_minus_replay_ms"][name]
         print(f"{label + ', paired':<34}{s['n']:>4}{s['p50'] or 0:>9.0f}{s['p95'] or 0:>9.0f}")
+    s = result["phone_transport_out_ms"]
+    print(f"{'phone transport_out stage':<34}{s['n']:>4}{s['p50'] or 0:>9.1f}{s['p95'] or 0:>9.1f}")
     b = result["barge_in_ms"]
     print(f"\n{'barge-in (ms)':<34}{'n':>4}{'p50':>9}{'p95':>9}   "
           f"({b['interrupted']}/{len(b['attempts'])} attempts cut the bot off)")  # fmt: skip

@@ -78,5 +78,7 @@ def test_fifty_recognition_passes_of_new_lengths_grow_memory_by_a_few_mib_at_mos
 
 def test_phrases_synthesised_side_by_side_leave_no_arena_behind():
     ready, after = child_rss_mib(PIPER)
-    # onnxruntime's arena kept the peak of the runs in flight together: about 300 MiB more
-    assert after - ready < 100
+    # onnxruntime's arena kept the peak of the runs in flight together: 354-371 MiB more
+    # (measured without the shrinking run option); with it 73-136 MiB (a fresh-clone run
+    # failed a bound of 100)
+    assert after - ready < 200

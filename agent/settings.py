@@ -79,7 +79,7 @@ class TurnSettings(BaseModel):
         0.25, gt=0, description="quiet after an unconfirmed speech window that resumes the bot"
     )
     lull_pass_ms: int | None = Field(
-        40,
+        60,
         ge=20,
         description="run a recognition pass once the line has been quiet (within 10 dB of its "
         "noise floor) this long while the VAD still hears a voice, so the transcript is ready "

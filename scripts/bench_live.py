@@ -147,7 +147,7 @@ async def bench(args: argparse.Namespace, runtime: Runtime, work: Path) -> dict[
     phone_settings = runtime.settings.for_phone()
     kinds = ("replay", "replay_phone_audio", "phone_server", "phone_caller")
     every: dict[str, list] = {k: [] for k in kinds}  # every turn's voice-to-voice
-    paired_turns: dict[str, list] = {k: [] for k in kinds}  # per clip, None in a split round
+    pairs: dict[str, list] = {k: [] for k in kinds}  # per clip, None in a split round
     transport_out: list[float | None] = []  # the phone output's own stage
 
     server = CallServer(runtime, work / "calls", say=lambda _line: None)
@@ -180,7 +180,7 @@ async def bench(args: argparse.Namespace, runtime: Runtime, work: Path) -> dict[
                 if len(values) != len(clips):  # a turn split in two or merged: not paired
                     print(f"  {key}: {len(values)} turns for {len(clips)} clips, not paired")
                     values = [None] * len(clips)
-                paired_turns[key] += values
+                pairs[key] += values
 
         started = time.monotonic()
         question = load_audio(SAMPLES / "ldc93s1.wav", RATE)
@@ -195,13 +195,12 @@ async def bench(args: argparse.Namespace, runtime: Runtime, work: Path) -> dict[
 
     names = CLIPS * args.rounds
     server_barge = [r["barge_in_ms"] for r in records(barge_call) if r["interrupted"]]
-    v2v = paired_turns
     return {
         "clips": names,
         "voice_to_voice_ms": {k: stats(v) for k, v in every.items()},
         "phone_minus_replay_ms": {
-            "same_phone_audio": paired(v2v["phone_caller"], v2v["replay_phone_audio"]),
-            "wideband_replay": paired(v2v["phone_caller"], v2v["replay"]),
+            "same_phone_audio": paired(pairs["phone_caller"], pairs["replay_phone_audio"]),
+            "wideband_replay": paired(pairs["phone_caller"], pairs["replay"]),
         },
         "phone_transport_out_ms": stats(transport_out),
         "barge_in_ms": {
@@ -211,7 +210,9 @@ async def bench(args: argparse.Namespace, runtime: Runtime, work: Path) -> dict[
             "attempts": attempts,
             "interrupted": sum(1 for a in attempts if a["latency_ms"] is not None),
         },
-        "per_turn": [{"clip": n, **{k: v[i] for k, v in v2v.items()}} for i, n in enumerate(names)],
+        "per_turn": [
+            {"clip": n, **{k: v[i] for k, v in pairs.items()}} for i, n in enumerate(names)
+        ],
         "smart_turn_lean": {
             "wideband": runtime.settings.turn.smart_turn_lean,
             "phone": phone_settings.turn.smart_turn_lean,

@@ -48,6 +48,12 @@ def split_phrase(buffer: str, first: bool, first_min_words: int, min_words: int)
     return None
 
 
+def spoken_phrase(text: str) -> str | None:
+    """``text`` as it will be said, or None when nothing in it can be said."""
+    spoken = speakable(text)
+    return spoken if any(ch.isalnum() for ch in spoken) else None
+
+
 def _inside_number(buffer: str, i: int) -> bool:
     return 0 < i < len(buffer) - 1 and buffer[i - 1].isdigit() and buffer[i + 1].isdigit()
 
@@ -94,8 +100,7 @@ class PhraseChunker(FrameProcessor):
         end = split_phrase(held, True, self._first_min_words, self._min_words)
         if end is not None:
             self._held_phrase_sent = True
-            spoken = speakable(held[:end])
-            if any(ch.isalnum() for ch in spoken):
+            if spoken := spoken_phrase(held[:end]):
                 await self.push_frame(FirstPhraseAheadFrame(text=spoken))
 
     async def _release(self) -> None:
@@ -106,7 +111,6 @@ class PhraseChunker(FrameProcessor):
             await self._emit(phrase)
 
     async def _emit(self, text: str) -> None:
-        spoken = speakable(text)
-        if any(ch.isalnum() for ch in spoken):
+        if spoken := spoken_phrase(text):
             self._first = False
             await self.push_frame(PhraseFrame(text=spoken))

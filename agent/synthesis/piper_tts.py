@@ -162,7 +162,6 @@ class PiperTTS(FrameProcessor):
         self._ahead = None
 
     async def _work(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
             frame = await self._queue.get()
             if isinstance(frame, LLMFullResponseEndFrame):
@@ -178,9 +177,7 @@ class PiperTTS(FrameProcessor):
             ahead, self._ahead = self._ahead, None
             try:
                 if self._speaking:
-                    audio = await loop.run_in_executor(
-                        self._executor, self._voice.synthesize, frame.text, self._rate
-                    )
+                    audio = await self._synthesize(frame.text)
                 else:
                     ready = ahead is not None and ahead[0] == frame.text
                     audio = await ahead[1] if ready else None  # None if it failed: again
@@ -201,13 +198,17 @@ class PiperTTS(FrameProcessor):
             )
             await self.push_frame(TTSTextFrame(text=frame.text, text_type="sentence"))
 
+    async def _synthesize(self, text: str) -> np.ndarray:
+        """One phrase on the synthesis thread (phrases are synthesised one at a time)."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor, self._voice.synthesize, text, self._rate
+        )
+
     async def _synthesize_first(self, text: str) -> np.ndarray:
         """An answer's first phrase: the LLM stage pauses decoding meanwhile."""
         await self.push_frame(FirstPhraseSynthesisFrame(busy=True), FrameDirection.UPSTREAM)
         try:
-            return await asyncio.get_running_loop().run_in_executor(
-                self._executor, self._voice.synthesize, text, self._rate
-            )
+            return await self._synthesize(text)
         finally:
             await self.push_frame(FirstPhraseSynthesisFrame(busy=False), FrameDirection.UPSTREAM)
 

@@ -54,10 +54,10 @@ class TimedDecoder(WhisperDecoder):
 
     busy_secs = 0.0
 
-    def transcribe(self, audio: np.ndarray, words: bool = False):  # type: ignore[override]
+    def transcribe(self, audio: np.ndarray, *args, **kwargs):  # type: ignore[override]
         start = time.perf_counter()
         try:
-            return super().transcribe(audio, words)
+            return super().transcribe(audio, *args, **kwargs)
         finally:
             self.busy_secs += time.perf_counter() - start
 

@@ -64,9 +64,9 @@ class TimedDecoder:
     def __init__(self, decoder: WhisperDecoder, clock: CallClock) -> None:
         self.decoder, self.clock, self.starts = decoder, clock, []
 
-    def transcribe(self, audio: np.ndarray, words: bool = False):
+    def transcribe(self, audio: np.ndarray, *args, **kwargs):
         self.starts.append(self.clock.now_ms())
-        return self.decoder.transcribe(audio, words)
+        return self.decoder.transcribe(audio, *args, **kwargs)
 
 
 def timed_turn(decoder, settings, name: str):
@@ -158,10 +158,10 @@ class FaultInjectionDecoder(WhisperDecoder):
         self.__dict__.update(real.__dict__)
         self.failing = True
 
-    def transcribe(self, audio, words=False):  # type: ignore[override]
+    def transcribe(self, audio, *args, **kwargs):  # type: ignore[override]
         if self.failing:
             raise RuntimeError("fault injection: CTranslate2 out of memory\nsecond line")
-        return super().transcribe(audio, words)
+        return super().transcribe(audio, *args, **kwargs)
 
 
 class HealAfterFirstFinal(FrameProcessor):
@@ -228,7 +228,7 @@ def test_a_closing_stamp_past_the_audio_keeps_real_words_and_drops_made_up_ones(
         words = decoder.tokenizer.encode(text)
         return [stamp + round(start / 0.02), *words, stamp + round(end / 0.02)]
 
-    real, looped = decoder._parse(
+    real, looped, _ = decoder._parse(
         ids(0.0, " We must find a new home in the stars.", 5.0), 3.15, 3.65
     )
     assert real.text == "We must find a new home in the stars." and not looped
@@ -236,5 +236,45 @@ def test_a_closing_stamp_past_the_audio_keeps_real_words_and_drops_made_up_ones(
     # Eleven words in the last second of audio, stamped past it: made up.
     tail = ids(0.0, " We must find a new home.", 1.5)
     tail += ids(2.1, " Thank you so much for watching and see you next time.", 5.0)
-    made_up, _ = decoder._parse(tail, 3.15, 3.65)
+    made_up, _, _ = decoder._parse(tail, 3.15, 3.65)
     assert made_up.text == "We must find a new home."
+
+
+def test_a_pass_that_expects_its_length_stops_at_the_restart_and_keeps_the_text(decoder):
+    """Whisper restarts a short window until the length limit: a pass told the previous
+    pass's length stops just after the restart begins, with the same text; an expectation
+    too short for the text is decoded again in full, nothing lost."""
+    home = load_audio(SAMPLES / "new_home_in_the_stars.wav", 16000)
+    end = speech_bounds(home, 16000)[1]
+    audio = home[: end + 960].astype(np.float32) / 32768  # 60 ms after the last word
+    limits = []
+    real_decode = decoder._decode
+
+    def noting(*args):
+        limits.append(args[-1])
+        return real_decode(*args)
+
+    decoder._decode = noting
+    try:
+        full = decoder.transcribe(audio)
+        expected = decoder.transcribe(audio, expect_tokens=full.tokens)
+        too_short = decoder.transcribe(audio, expect_tokens=3)
+    finally:
+        del decoder._decode
+    assert full.text == expected.text == too_short.text == "We must find a new home in the stars."
+    # max_length counts twice the tokens: over half of the full decode went to restarts
+    assert full.tokens < limits[0] / 4 and limits[1] < limits[0]
+    assert len(limits) == 4 and limits[2] < limits[3] == limits[0]  # then decoded in full
+
+
+def test_a_restart_cut_by_the_limit_is_dropped_and_real_text_cut_by_it_is_flagged(decoder):
+    def ids(start: float, text: str, end: float | None) -> list[int]:
+        stamp = decoder.tokenizer.timestamp_begin
+        closing = [] if end is None else [stamp + round(end / 0.02)]
+        return [stamp + round(start / 0.02), *decoder.tokenizer.encode(text), *closing]
+
+    home = ids(0.0, " We must find a new home in the stars.", 2.72)
+    restart, _, cut = decoder._parse(home + ids(2.72, " We must", None), 3.2, 3.7, True)
+    assert restart.text == "We must find a new home in the stars." and not cut
+    more, _, cut = decoder._parse(home + ids(2.72, " Soon we", None), 3.2, 3.7, True)
+    assert more.text == "We must find a new home in the stars. Soon we" and cut

@@ -92,6 +92,7 @@ class StreamingWhisperSTT(FrameProcessor):
         self._received = 0  # input samples so far (the turn detector counts the same)
         self._last_pass: _RunningPass | None = None
         self._speculation: _RunningPass | None = None  # the pause's pass; dropped on speech
+        self._quiet_pass_due = False  # the next pass is the lull's
 
     # -- frames -----------------------------------------------------------------------------
 
@@ -108,6 +109,7 @@ class StreamingWhisperSTT(FrameProcessor):
             self._speculation = None
         elif isinstance(frame, SpeechLullFrame) and self._utt is not None:
             self._since_pass = max(self._since_pass, self._interval_samples)  # due now
+            self._quiet_pass_due = True
             self._maybe_start_interim()
         elif isinstance(frame, SpeechPausedFrame) and self._utt is not None:
             last = self._last_pass
@@ -117,7 +119,9 @@ class StreamingWhisperSTT(FrameProcessor):
                 and last.position >= frame.quiet_from
                 and last.snap.generation == self._utt.generation
             )
-            self._speculation = last if heard_it_all else self._start_pass(self._utt)
+            self._speculation = (
+                last if heard_it_all else self._start_pass(self._utt, speech_ended=True)
+            )
             self.create_task(self._report_pause_transcript(self._speculation))
         elif isinstance(frame, UserStoppedSpeakingFrame) and self._utt is not None:
             await self._finish_turn()
@@ -129,6 +133,7 @@ class StreamingWhisperSTT(FrameProcessor):
         self._failed = False
         self._last_pass = None
         self._speculation = None
+        self._quiet_pass_due = False
 
     @property
     def _interval_samples(self) -> int:
@@ -149,19 +154,27 @@ class StreamingWhisperSTT(FrameProcessor):
         if due and not self._busy and self._speculation is None and self._utt is not None:
             self._since_pass = 0
             self._busy = True
-            self.create_task(self._interim_pass(self._utt, self._start_pass(self._utt)))
+            ended, self._quiet_pass_due = self._quiet_pass_due, False
+            run = self._start_pass(self._utt, speech_ended=ended)
+            self.create_task(self._interim_pass(self._utt, run))
 
     # -- passes -----------------------------------------------------------------------------
 
-    def _start_pass(self, utt: Utterance) -> _RunningPass:
+    def _start_pass(self, utt: Utterance, *, speech_ended: bool) -> _RunningPass:
         snap = utt.snapshot()
-        self._last_pass = _RunningPass(snap, self._run_pass(snap), self._clock, self._received)
+        running = self._run_pass(snap, speech_ended=speech_ended)
+        self._last_pass = _RunningPass(snap, running, self._clock, self._received)
         return self._last_pass
 
-    def _run_pass(self, snap: Snapshot) -> asyncio.Future:
+    def _run_pass(self, snap: Snapshot, *, speech_ended: bool) -> asyncio.Future:
+        """A pass on the worker thread. Over audio that ends in a lull or pause it expects
+        the previous pass's length (Whisper then closes the text and starts over, where that
+        limit stops it); mid-speech Whisper loops inside the text, which the limit would cut
+        (decoded again in full: slower)."""
+        expect = snap.expect_tokens if speech_ended else None
         loop = asyncio.get_running_loop()
         return loop.run_in_executor(
-            self._executor, self._decoder.transcribe, snap.audio, snap.want_words
+            self._executor, self._decoder.transcribe, snap.audio, snap.want_words, expect
         )
 
     async def _report_failure(self, exc: BaseException, what: str) -> None:
@@ -215,7 +228,7 @@ class StreamingWhisperSTT(FrameProcessor):
                 # no speech since the pause and no trim: the speculative pass is the final one
                 result = await spec.future
                 return utt.text(result), spec.ready_ms or self._clock.now_ms()
-            result = await self._run_pass(utt.snapshot())
+            result = await self._run_pass(utt.snapshot(), speech_ended=True)
             return utt.text(result), self._clock.now_ms()
         except Exception as exc:
             await self._report_failure(exc, "final")

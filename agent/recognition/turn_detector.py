@@ -8,8 +8,8 @@ Frames out (audio passes straight through first, so recognition never waits on u
 - ``SpeechLullFrame`` when the line has been quiet for ``lull_pass_ms`` while the VAD still
   hears a voice (recognition runs a pass then);
 - ``SpeechPausedFrame`` the moment the VAD hears silence (recognition starts its
-  speculative final pass, or keeps the lull's), ``VADUserStartedSpeakingFrame`` if speech
-  resumes in the turn;
+  speculative final pass, or keeps the lull's; Smart Turn starts judging the audio so far),
+  ``VADUserStartedSpeakingFrame`` if speech resumes in the turn;
 - ``VADUserStoppedSpeakingFrame`` when the stop window has passed;
 - ``UserStoppedSpeakingFrame`` (``turn_end``) once Smart Turn calls the turn complete (or
   calls it likely, ``smart_turn_lean``, and recognition's pause transcript ends a sentence),
@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import functools
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -135,6 +136,9 @@ class TurnDetector(FrameProcessor):
         # What Smart Turn hears: the last 8 s, so the turn's start and its lead-in too.
         self._recent = RecentAudio(rate, SMART_TURN_MAX_SECS * 1000)
         self._silence_started: float | None = None
+        # Smart Turn's verdict on the audio at the VAD's pause, on a thread of the call's own.
+        self._judge = ThreadPoolExecutor(max_workers=1, thread_name_prefix="smart-turn")
+        self._verdict: asyncio.Future | None = None
         self._decision: asyncio.Task | None = None
         self._fallback_at_ms: float | None = None
         self._pause_text = ""
@@ -162,6 +166,8 @@ class TurnDetector(FrameProcessor):
             self._pause_text_ready.set()
         elif isinstance(frame, EndFrame | CancelFrame):
             await self._cancel_decision()
+            self._drop_verdict()
+            self._judge.shutdown(wait=False, cancel_futures=True)
             await self._vad.cleanup()  # its analysis thread
         elif isinstance(frame, InputAudioRawFrame):
             await self._on_audio(frame.audio)
@@ -169,7 +175,8 @@ class TurnDetector(FrameProcessor):
     @property
     def deciding(self) -> bool:
         """Smart Turn (or the wait for the pause transcript) is judging a stop right now."""
-        return self._decision is not None and not self._decision.done()
+        judging = self._verdict is not None and not self._verdict.done()
+        return judging or (self._decision is not None and not self._decision.done())
 
     async def _on_audio(self, pcm: bytes) -> None:
         self._recent.add(pcm)
@@ -193,6 +200,8 @@ class TurnDetector(FrameProcessor):
         elif state == VADState.STOPPING:
             self._silence_started = self._clock.now_ms()
             await self.push_frame(SpeechPausedFrame(quiet_from=self._quiet_from()))
+            if self._smart_turn is not None and self._in_turn:
+                self._verdict = self._judge_now()
         elif state == VADState.QUIET and previous == VADState.STOPPING:
             await self._speech_stopped()
 
@@ -250,7 +259,23 @@ class TurnDetector(FrameProcessor):
             await self.broadcast_interruption()
         await self.broadcast_frame(UserStartedSpeakingFrame)
 
+    def _judge_now(self) -> asyncio.Future:
+        """Smart Turn's verdict on the audio so far. Asked as the VAD pauses, not after the
+        stop window: the verdict is ready when the window ends, and its CPU time no longer
+        collides with the answer's first tokens (the LLM starts on the pause transcript)."""
+        self._drop_verdict()
+        audio = np.frombuffer(bytes(self._recent.snapshot()), dtype=np.int16)
+        return asyncio.get_running_loop().run_in_executor(
+            self._judge, self._completion_probability, audio
+        )
+
+    def _drop_verdict(self) -> None:
+        if self._verdict is not None:
+            self._verdict.cancel()  # a verdict not yet started never runs
+            self._verdict = None
+
     async def _speech_resumed(self) -> None:
+        self._drop_verdict()
         self._silence_started = None
         self._fallback_at_ms = None
         self._pause_text = ""
@@ -268,8 +293,7 @@ class TurnDetector(FrameProcessor):
 
     async def _decide_end_of_turn(self, silence_started_ms: float) -> None:
         if self._smart_turn is not None:
-            audio = np.frombuffer(bytes(self._recent.snapshot()), dtype=np.int16)
-            probability = await asyncio.to_thread(self._completion_probability, audio)
+            probability = await (self._verdict or self._judge_now())
             if probability >= 0.5 or (
                 probability >= self._settings.smart_turn_lean and await self._sentence_done()
             ):
@@ -298,6 +322,7 @@ class TurnDetector(FrameProcessor):
         return float(result["probability"])
 
     async def _end_turn(self) -> None:
+        self._verdict = None
         self._in_turn = False
         self._fallback_at_ms = None
         self._pause_text = ""

@@ -15,6 +15,7 @@ No Pipecat here: the streaming service and offline tools drive this the same way
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -27,6 +28,7 @@ KEEP_SECS = 2.0  # only words ending this long before the end of the audio are c
 TRIM_SEARCH_SECS = (0.15, 0.1)  # look this far before / after the word's end for a quiet cut
 FORCE_COMMIT_SECS = 20.0  # past this, commit even where no phrase ends (at the longest gap)
 MAX_OVERLAP_WORDS = 4
+NEW_TOKENS_PER_SEC = 6  # what audio since the last pass may add: fast speech, with stamps
 
 
 def _key(word: str) -> str:
@@ -87,6 +89,7 @@ class Snapshot:
     audio: np.ndarray  # float32
     generation: int
     want_words: bool
+    expect_tokens: int | None = None  # the text's likely length (see WhisperDecoder)
 
 
 @dataclass
@@ -103,6 +106,7 @@ class Utterance:
         self.committed: list[str] = []
         self.generation = 0
         self._last = ""
+        self._last_pass: Pass | None = None  # the latest interim pass over this generation
 
     def add(self, pcm: bytes) -> None:
         self._pcm += pcm
@@ -117,7 +121,11 @@ class Utterance:
 
     def snapshot(self) -> Snapshot:
         audio = np.frombuffer(bytes(self._pcm), dtype=np.int16).astype(np.float32) / 32768.0
-        return Snapshot(audio, self.generation, self.secs >= COMMIT_AFTER_SECS)
+        expect = None
+        if self._last_pass is not None:
+            grown = max(0.0, self.secs - self._last_pass.audio_secs)
+            expect = self._last_pass.tokens + math.ceil(grown * NEW_TOKENS_PER_SEC)
+        return Snapshot(audio, self.generation, self.secs >= COMMIT_AFTER_SECS, expect)
 
     def text(self, result: Pass) -> str:
         """The whole turn's text: committed words, then this pass's (without a repeat)."""
@@ -130,6 +138,7 @@ class Utterance:
         """
         if snap.generation != self.generation:
             return None
+        self._last_pass = result
         words = drop_overlap(self.committed, result.text.split())
         current = " ".join(words)
         confirmed = agreed_prefix(self._last, current).split()
@@ -166,3 +175,4 @@ class Utterance:
         del self._pcm[: cut * 2]
         self.generation += 1
         self._last = ""
+        self._last_pass = None

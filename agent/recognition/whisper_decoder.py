@@ -7,6 +7,11 @@ Whisper tends to start the utterance over after its end; the timestamps let us c
 repeat off: segments that begin at the end of the audio, and text from the point where
 the utterance starts over, are dropped.
 
+Whisper almost never ends a short window on its own: it starts over, again and again, until
+the length limit, so the limit sets a pass's cost. A pass that knows what the previous pass
+of the turn found (``expect_tokens``) stops a few tokens past that and the new audio's worth,
+just after the restart begins; a pass cut short inside real text is decoded again in full.
+
 For long turns the recogniser commits text and trims the audio it covers; it asks for word
 timings (cross-attention alignment) to know where the committed words end. The committed
 text is not given back as a decoder prompt: tiny.en copied the prompt (a 36 s turn that says
@@ -37,8 +42,9 @@ RATE = 16000
 TRAILING_PAD_SECS = 0.5
 MAX_WINDOW_SECS = 30.0
 # Room for about 6 tokens a second of speech (fast speech with timestamps needs 5): CTranslate2
-# generated about half of max_length here (measured: 70 -> 35 tokens), so ask for twice that.
+# generates half of max_length (measured: 70 -> 35 tokens), so ask for twice that.
 TOKENS_PER_SEC = 12
+EXPECT_MARGIN_TOKENS = 6  # past the expected end: room for a restart to show itself
 SECS_PER_TIMESTAMP = 0.02
 RESUME_AFTER_SECS = 1.5  # a window that stopped this far before the end is resumed
 MAX_RESUMES = 2
@@ -76,10 +82,22 @@ class Pass:
     audio_secs: float
     segments: list[Segment]
     words: list[Word] = field(default_factory=list)
+    restarted: bool = False  # Whisper started the text over: it read the window to its end
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of the kept segments, their two timestamps each included."""
+        return sum(len(seg.tokens) + 2 for seg in self.segments)
 
 
 def _words(text: str) -> list[str]:
     return re.sub(r"[^a-z0-9' ]", " ", text.lower()).split()
+
+
+def _restarts(first: Segment, tail: Segment) -> bool:
+    """Whether ``tail``, after a closed segment, starts the window's text over."""
+    head, again = _words(first.text), _words(tail.text)
+    return len(again) < len(head) and head[: len(again)] == again
 
 
 def hallucination_cut(words: list[str], secs: float, n: int = 3) -> int | None:
@@ -122,17 +140,22 @@ class WhisperDecoder:
         )
         self._ts_begin = self.tokenizer.timestamp_begin
 
-    def transcribe(self, audio: np.ndarray, words: bool = False) -> Pass:
+    def transcribe(
+        self, audio: np.ndarray, words: bool = False, expect_tokens: int | None = None
+    ) -> Pass:
         """Transcribe float32 16 kHz audio (at most 30 s).
 
-        ``words`` asks for word timings. Whisper sometimes stops a long window early; like
-        faster-whisper's own seek loop, decoding then resumes from the last segment's end,
-        on the audio that is left.
+        ``words`` asks for word timings; ``expect_tokens``, how many tokens the text is
+        likely to need (see the module's docstring). Whisper sometimes stops a long window
+        early; like faster-whisper's own seek loop, decoding then resumes from the last
+        segment's end, on the audio that is left.
         """
         secs = len(audio) / RATE
-        done = self._window(audio, words)
+        done = self._window(audio, words, expect_tokens)
         for _ in range(MAX_RESUMES):
-            if not done.segments or done.segments[-1].end > secs - RESUME_AFTER_SECS:
+            if done.restarted or not done.segments:
+                break
+            if done.segments[-1].end > secs - RESUME_AFTER_SECS:
                 break
             offset = done.segments[-1].end
             rest = self._window(audio[int(offset * RATE) :], words)
@@ -145,10 +168,11 @@ class WhisperDecoder:
                 audio_secs=secs,
                 segments=done.segments + rest.segments,
                 words=done.words + rest.words,
+                restarted=rest.restarted,
             )
         return done
 
-    def _window(self, audio: np.ndarray, words: bool) -> Pass:
+    def _window(self, audio: np.ndarray, words: bool, expect_tokens: int | None = None) -> Pass:
         """One greedy decode of one unpadded window."""
         secs = len(audio) / RATE
         window = min(MAX_WINDOW_SECS, secs + TRAILING_PAD_SECS)
@@ -158,9 +182,16 @@ class WhisperDecoder:
         encoded = self.model.model.encode(
             ctranslate2.StorageView.from_array(np.ascontiguousarray(mel[None])), to_cpu=False
         )
-        done, looped = self._decode(encoded, secs, window, 1.0)
+        full = int(secs * TOKENS_PER_SEC) + 16  # CTranslate2's max_length: twice the tokens
+        limit = full
+        if expect_tokens is not None:
+            limit = min(full, 2 * (expect_tokens + EXPECT_MARGIN_TOKENS))
+        done, looped, cut_short = self._decode(encoded, secs, window, 1.0, limit)
+        if cut_short and limit < full:  # the expected length was too short for the text
+            limit = full
+            done, looped, _ = self._decode(encoded, secs, window, 1.0, limit)
         if looped:  # greedy tiny models loop ("War, War, War"): retry, discouraging repeats
-            retry, still = self._decode(encoded, secs, window, LOOP_RETRY_PENALTY)
+            retry, still, _ = self._decode(encoded, secs, window, LOOP_RETRY_PENALTY, limit)
             if not still or len(retry.text) > len(done.text):
                 done = retry
         if words and done.text:
@@ -175,18 +206,26 @@ class WhisperDecoder:
         return done
 
     def _decode(
-        self, encoded: ctranslate2.StorageView, secs: float, window: float, penalty: float
-    ) -> tuple[Pass, bool]:
+        self,
+        encoded: ctranslate2.StorageView,
+        secs: float,
+        window: float,
+        penalty: float,
+        max_length: int,
+    ) -> tuple[Pass, bool, bool]:
+        """A pass, whether it looped, and whether the length limit cut real text short."""
         result = self.model.model.generate(
             encoded,
             [self.tokenizer.sot_sequence],
             beam_size=1,
-            max_length=int(secs * TOKENS_PER_SEC) + 16,
+            max_length=max_length,
             suppress_blank=True,
             suppress_tokens=[-1],
             repetition_penalty=penalty,
         )
-        return self._parse(result[0].sequences_ids[0], secs, window)
+        ids = result[0].sequences_ids[0]
+        at_limit = self.tokenizer.eot not in ids and len(ids) >= max_length // 2
+        return self._parse(ids, secs, window, at_limit)
 
     def _align(self, done: Pass, encoded: ctranslate2.StorageView, secs: float) -> list[Word]:
         """Word timings of the pass's text (faster-whisper's cross-attention alignment)."""
@@ -201,8 +240,11 @@ class WhisperDecoder:
                 timed.append(Word(text, float(w["start"]), float(w["end"])))
         return timed[: len(done.text.split())]
 
-    def _parse(self, ids: list[int], secs: float, window: float) -> tuple[Pass, bool]:
-        """Segments from timestamp tokens; made-up text dropped. True when a loop was cut."""
+    def _parse(
+        self, ids: list[int], secs: float, window: float, at_limit: bool = False
+    ) -> tuple[Pass, bool, bool]:
+        """Segments from timestamp tokens, made-up text dropped; whether a loop was cut; and
+        whether the length limit (``at_limit``: decoding stopped there) cut real text."""
         segments: list[Segment] = []
         start, current = 0.0, []
         for tok in ids:
@@ -216,10 +258,13 @@ class WhisperDecoder:
                 start = stamp
             else:
                 current.append(tok)
+        cut_short = restarted = False
         if current:
-            segments.append(
-                Segment(start, secs, current, self.tokenizer.decode(current), closed=False)
-            )
+            tail = Segment(start, secs, current, self.tokenizer.decode(current), closed=False)
+            restarted = at_limit and bool(segments) and _restarts(segments[0], tail)
+            if not restarted:  # a restart stopped by the limit is made up: dropped
+                segments.append(tail)
+                cut_short = at_limit
         kept: list[Segment] = []
         for seg in segments:
             if not _words(seg.text) or seg.start >= secs - 0.3:
@@ -237,4 +282,5 @@ class WhisperDecoder:
         cut = hallucination_cut(_words(text), secs)
         if cut is not None and len(_words(text)) == len(words):
             text = " ".join(words[:cut])
-        return Pass(text=text.strip(), audio_secs=secs, segments=kept), cut is not None
+        done = Pass(text=text.strip(), audio_secs=secs, segments=kept, restarted=restarted)
+        return done, cut is not None, cut_short

@@ -1,6 +1,9 @@
-"""Barge-in hold: the bot's audio stops at the caller's first speech window, not once the
-VAD has confirmed speech; it resumes when that speech is not confirmed (real speech,
-real Silero VAD, on an audio clock so the test runs faster than real time)."""
+"""The turn detector on real speech, the real Silero VAD and Smart Turn, on an audio clock
+so the tests run faster than real time.
+
+Barge-in hold: the bot's audio stops at the caller's first speech window, not once the VAD
+has confirmed speech; it resumes when that speech is not confirmed. End of turn: Smart Turn
+judges the audio at the VAD's pause, before the stop window has passed."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from pipecat.frames.frames import (
     InputAudioRawFrame,
     InterruptionFrame,
     UserStartedSpeakingFrame,
+    VADUserStoppedSpeakingFrame,
 )
 from pipecat.processors.frame_processor import FrameDirection
 from pipecat.tests.utils import run_test
@@ -101,3 +105,31 @@ async def test_the_hold_comes_at_the_first_sound_not_at_silero_s_voice(settings,
         assert after_start >= 150  # Silero: once the voice itself has begun
     else:
         assert after_start <= 40  # the first frame or two of the caller's sound
+
+
+class VerdictTimedDetector(AudioClockedDetector):
+    """Notes how much audio Smart Turn judged, and when the stop window ended."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.judged_ms: list[float] = []
+        self.window_passed_ms: list[float] = []
+
+    def _completion_probability(self, audio: np.ndarray) -> float:
+        self.judged_ms.append(len(audio) * 1000 / RATE)
+        return super()._completion_probability(audio)
+
+    async def push_frame(self, frame, direction=FrameDirection.DOWNSTREAM):
+        if isinstance(frame, VADUserStoppedSpeakingFrame):
+            self.window_passed_ms.append(self._clock.now_ms())
+        await super().push_frame(frame, direction)
+
+
+async def test_smart_turn_judges_the_audio_at_the_vad_pause_not_after_the_stop_window(settings):
+    home = load_audio(SAMPLES / "new_home_in_the_stars.wav", RATE)  # 3.6 s: all of it judged
+    pcm = np.concatenate([home, np.zeros(RATE, np.int16)])
+    detector = VerdictTimedDetector(settings.turn, TurnModels.load(), AudioClock(), rate=RATE)
+    await run_test(detector, frames_to_send=audio_frames(pcm))
+    assert len(detector.judged_ms) == len(detector.window_passed_ms) == 1
+    stop_window_ms = settings.turn.vad_stop_secs * 1000
+    assert detector.judged_ms[0] <= detector.window_passed_ms[0] - stop_window_ms + 40

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import numpy as np
 import pytest
@@ -102,6 +103,44 @@ def test_the_pass_run_in_the_lull_before_the_vad_pause_is_the_final_one(decoder,
             assert lulls == []
             assert len(passes_after_pause) == 1, (starts, events)  # a pass at the pause
     assert normalise(texts[60]) == normalise(texts[None])
+
+
+class SlowDecoder(TimedDecoder):
+    """The real decoder, 150 ms slower a pass (so lulls land while passes run); notes when
+    each pass started and ended on the call clock."""
+
+    def __init__(self, decoder: WhisperDecoder, clock: CallClock) -> None:
+        super().__init__(decoder, clock)
+        self.passes: list[tuple[float, float]] = []
+
+    def transcribe(self, audio: np.ndarray, *args, **kwargs):
+        start = self.clock.now_ms()
+        time.sleep(0.15)
+        try:
+            return self.decoder.transcribe(audio, *args, **kwargs)
+        finally:
+            self.passes.append((start, self.clock.now_ms()))
+
+
+def test_an_interim_overtaken_by_a_lull_is_not_sent(decoder, settings, manifest):
+    """Its LLM prefill would slow the lull's pass, which starts right after it on the whole
+    turn; the lull's pass and the final still come."""
+    clock = CallClock()
+    slow = SlowDecoder(decoder, clock)
+    name = "new_home_in_the_stars.wav"
+    events = asyncio.run(
+        transcribe_stream(slow, ReplayTurn(name, load_audio(SAMPLES / name, RATE)), settings, clock)
+    )
+    lulls = [e.at_ms for e in events if e.kind == "lull"]
+    interims = [e.at_ms for e in events if e.kind == "interim"]
+    # (the collector notes a lull a moment after recognition has started the lull's pass)
+    overtaken = [(s, e) for s, e in slow.passes if any(s < lull - 20 < e for lull in lulls)]
+    assert overtaken, (slow.passes, lulls)  # the case under test happened
+    for _, end in overtaken:
+        assert not [t for t in interims if end <= t <= end + 30], (end, interims)
+    assert len(interims) >= 3
+    finals = [e.text for e in events if e.kind == "final"]
+    assert len(finals) == 1 and wer(manifest[name]["text"], finals[0]) <= 0.15
 
 
 def test_silence_and_noise_give_no_transcript(decoder, settings):

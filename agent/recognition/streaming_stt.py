@@ -6,10 +6,11 @@ while another runs is not queued; the next one starts when the running one ends,
 newest audio, so the cadence is the interval or the pass time, whichever is longer, and a
 slow pass never builds a backlog. Each pass gives an ``InterimTranscriptionFrame`` whose
 confirmed prefix is the words two consecutive passes agree on (LocalAgreement-2). When the
-line goes quiet while the VAD still hears a voice (a lull), a pass is due at once. When the
-VAD hears silence the final pass starts (speculatively; its text also goes upstream to the
-turn detector), unless the latest pass began after the line went quiet: that one heard the
-whole turn already and is kept. At ``turn_end`` the result is emitted if no speech came
+line goes quiet while the VAD still hears a voice (a lull), a pass is due at once (an
+interim still running then is not sent: it is stale). When the VAD hears silence the
+final pass starts (speculatively; its text also goes upstream to the turn detector),
+unless the latest pass began after the line went quiet: that one heard the whole turn
+already and is kept. At ``turn_end`` the result is emitted if no speech came
 after it, otherwise a fresh pass runs. Audio before the VAD start is kept (pre-roll) so no
 first word is lost. Long turns are committed and trimmed by ``Utterance`` (see utterance.py).
 
@@ -198,6 +199,11 @@ class StreamingWhisperSTT(FrameProcessor):
             if utt is not self._utt or interim is None or not interim.text:
                 return
             self._interim = interim.text
+            if self._quiet_pass_due:
+                # A lull came while this pass ran: the lull's pass starts now, over the whole
+                # turn. This interim is stale, and the LLM's prefill of it would take the
+                # cores from that pass (seen: a 60 ms pass took 270).
+                return
             await self.push_frame(
                 InterimTranscriptionFrame(
                     text=interim.text,

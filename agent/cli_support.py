@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -30,6 +31,21 @@ LlmEngineOpt = Annotated[
     str | None,
     typer.Option(
         "--llm-engine", help="llama-inprocess, llama-server, vllm or openai (default: llm.engine)."
+    ),
+]
+
+class Pace(StrEnum):
+    """How a replay feeds its audio (see agent.clock)."""
+
+    realtime = "realtime"  # 20 ms frames on the wall clock: what latency is measured with
+    compute = "compute"  # each frame once the work before it is done: the same on any machine
+
+
+PaceOpt = Annotated[
+    Pace,
+    typer.Option(
+        help="realtime: 20 ms frames on the wall clock (what latency is measured with); "
+        "compute: each frame once the work before it is done (same result on any machine)."
     ),
 ]
 

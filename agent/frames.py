@@ -8,6 +8,23 @@ from pipecat.frames.frames import DataFrame, SystemFrame
 
 
 @dataclass
+class ClipStartedFrame(SystemFrame):
+    """A replayed input file starts playing: the turns that open while it plays are its."""
+
+    name: str = ""
+    at_ms: float = 0.0
+
+
+@dataclass
+class TurnEndReasonFrame(SystemFrame):
+    """Why the turn detector ended a turn: the signal (smart_turn, smart_turn_and_text,
+    max_silence) and its value (a probability, or the silence in seconds)."""
+
+    reason: str = ""
+    value: float = 0.0
+
+
+@dataclass
 class TimelineEventFrame(SystemFrame):
     """A turn-timeline event (a name from timing.timeline.EVENTS) measured where it happened.
 

@@ -1,11 +1,14 @@
-"""``voice-agent replay``: recorded turns through one call, at real-time pace, timed.
+"""``voice-agent replay``: recorded turns through one call, timed.
 
-Writes the replay contract of DESIGN.md: ``turns.jsonl``, ``call.wav`` and ``summary.json``.
+Real-time pace (the default) is what latency is measured with; compute pace (``ComputeClock``)
+gives the same turns, transcripts and answers on any machine. Writes the replay contract:
+``turns.jsonl``, ``call.wav`` and ``summary.json``.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +21,21 @@ from agent.timing.budget import Budget
 from agent.timing.summary import summarize
 from agent.timing.tracing import turn_tracer
 from agent.timing.turn_timer import TurnTimer
-from agent.transports.replay import ReplayInput, ReplayTurn, SimulatedSpeakerOutput
+from agent.transports.replay import PlayedClip, ReplayInput, ReplayTurn, SimulatedSpeakerOutput
 
 
 def load_turns(inputs: list[Path], rate: int) -> list[ReplayTurn]:
     """All inputs read and checked before the call starts (a bad one fails fast)."""
     return [ReplayTurn(name=str(p), samples=load_audio(p, rate)) for p in inputs]
+
+
+@dataclass
+class ReplayResult:
+    """What one replayed call produced (its files are in the out folder as well)."""
+
+    summary: dict[str, Any]
+    records: list[dict[str, Any]]
+    played: list[PlayedClip]
 
 
 async def replay_call(
@@ -34,12 +46,14 @@ async def replay_call(
     models: AgentModels,
     engine: ChatEngine,
     budget: Budget,
-) -> dict[str, Any]:
-    """Play the turns through one call and write the run's files; returns the summary."""
+    clock: CallClock | None = None,
+) -> ReplayResult:
+    """Play the turns through one call (on ``clock``: real-time pace by default) and write
+    the run's files."""
     out_dir.mkdir(parents=True, exist_ok=True)
     tracer = turn_tracer(settings.otel_endpoint)  # before the call: a missing extra fails fast
     rate = settings.sample_rate
-    clock = CallClock()
+    clock = clock or CallClock()
     recorder = CallRecorder(rate)
     transport_in = ReplayInput(turns, clock, recorder, rate=rate)
     transport_out = SimulatedSpeakerOutput(clock, recorder, rate=rate)
@@ -47,7 +61,7 @@ async def replay_call(
         transport_in, transport_out, models=models, engine=engine, settings=settings,
         clock=clock,
     )  # fmt: skip
-    timer = TurnTimer(clock, budget, inputs=[t.name for t in turns])
+    timer = TurnTimer(clock, budget)
     await run_pipeline(pipeline, rate=rate, observers=[timer])
 
     records = timer.records()
@@ -60,4 +74,4 @@ async def replay_call(
     if tracer is not None:
         tracer.export(records, clock.wall_t0_ns, call_id=out_dir.name)
         tracer.flush()
-    return summary
+    return ReplayResult(summary, records, transport_in.played)

@@ -1,4 +1,5 @@
-"""Streaming recognition on real speech, played at real-time pace as in a call."""
+"""Streaming recognition on real speech. What is heard and when a turn ends is asserted at
+compute pace (the same on any machine); races between passes and lulls at real-time pace."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pipecat.processors.frame_processor import FrameProcessor
 
 from agent import model_store
 from agent.audio import load_audio, speech_bounds
-from agent.clock import CallClock, CallRecorder
+from agent.clock import CallClock, CallRecorder, ComputeClock
 from agent.pipeline import run_pipeline
 from agent.recognition.streaming_stt import StreamingWhisperSTT
 from agent.recognition.transcribe import (
@@ -35,7 +36,9 @@ def decoder(settings) -> WhisperDecoder:
 
 
 def stream(decoder, settings, name: str, samples: np.ndarray):
-    return asyncio.run(transcribe_stream(decoder, ReplayTurn(name, samples), settings))
+    """One clip through turn detection and recognition at compute pace."""
+    turn = ReplayTurn(name, samples)
+    return asyncio.run(transcribe_stream(decoder, turn, settings, ComputeClock()))
 
 
 def speech_only(name: str) -> np.ndarray:
@@ -71,8 +74,9 @@ class TimedDecoder:
 
 
 def timed_turn(decoder, settings, name: str):
-    """One clip through the turn detector and recognition: its events and pass starts."""
-    clock = CallClock()
+    """One clip through the turn detector and recognition at compute pace: its events and
+    pass starts."""
+    clock = ComputeClock()
     timed = TimedDecoder(decoder, clock)
     turn = ReplayTurn(name, load_audio(SAMPLES / name, RATE))
     events = asyncio.run(transcribe_stream(timed, turn, settings, clock))
@@ -225,7 +229,7 @@ def test_a_failing_decoder_reports_a_stage_error_and_the_next_turn_is_recognised
         ReplayTurn("ldc93s1", load_audio(SAMPLES / "ldc93s1.wav", RATE)),
         ReplayTurn("new_home", load_audio(SAMPLES / "new_home_in_the_stars.wav", RATE)),
     ]
-    clock, events = CallClock(), []
+    clock, events = ComputeClock(), []
     pipeline = Pipeline(
         [
             ReplayInput(turns, clock, CallRecorder(RATE), rate=RATE, answer_timeout_secs=5),

@@ -70,7 +70,7 @@ class StreamingLLM(FrameProcessor):
         self._clock = clock
         self._task: asyncio.Task | None = None
         self._keepalive: asyncio.Task | None = None
-        self._last_request = time.monotonic()
+        self._last_request = self._clock.now_ms() / 1000
         self._speculated: list[dict] | None = None  # the messages a speculative answer is for
         self._held: list[Frame] | None = None  # its frames, until the turn confirms it
         self._misses = 0
@@ -167,7 +167,8 @@ class StreamingLLM(FrameProcessor):
             while self._partial is not None:
                 messages, self._partial = self._partial, None
                 try:
-                    await self._engine.prefill(messages)
+                    with self._clock.busy():
+                        await self._engine.prefill(messages)
                 except ENGINE_ERRORS:
                     pass  # the turn's own request prefills it, and reports a failing engine
         finally:
@@ -187,21 +188,22 @@ class StreamingLLM(FrameProcessor):
                 pass
         except ENGINE_ERRORS:
             pass
-        self._last_request = time.monotonic()
+        self._last_request = self._clock.now_ms() / 1000
 
     async def _keep_warm(self) -> None:
         await self._complete_quietly()
         while self._settings.keepalive_secs > 0 and self._engine.needs_keepalive:
-            await asyncio.sleep(self._settings.keepalive_secs)
-            idle = time.monotonic() - self._last_request
+            await self._clock.sleep(self._settings.keepalive_secs)
+            idle = self._clock.now_ms() / 1000 - self._last_request
             if idle >= self._settings.keepalive_secs and self._task is None:
                 await self._complete_quietly()
 
     async def _answer(self, history: list[dict], speculative: bool = False) -> None:
         try:
-            answer = await self._stream_answer(history, speculative)
-            if answer is not None:
-                await self._prefill_after_trim(history, answer)
+            with self._clock.busy():  # a compute-paced replay waits for the whole answer
+                answer = await self._stream_answer(history, speculative)
+                if answer is not None:
+                    await self._prefill_after_trim(history, answer)
         finally:
             self._task = None
 
@@ -211,7 +213,7 @@ class StreamingLLM(FrameProcessor):
         messages = prompt_messages(s.system_prompt, history, s.history_turns)
         await self._emit(LLMFullResponseStartFrame())
         await self._emit(TimelineEventFrame(event="llm_request", at_ms=self._clock.now_ms()))
-        self._last_request = time.monotonic()
+        self._last_request = self._clock.now_ms() / 1000
         arrivals: list[float] = []
         parts: list[str] = []
         usage, error = Usage(), None
@@ -234,7 +236,7 @@ class StreamingLLM(FrameProcessor):
             error = f"llm ({self._engine.name}): {type(exc).__name__}: {str(exc)[:200]}"
             await self._emit(LLMTextFrame(text=(" " if parts else "") + FALLBACK))
         finally:
-            self._last_request = time.monotonic()
+            self._last_request = self._clock.now_ms() / 1000
         gaps = [1000 * (b - a) for a, b in zip(arrivals, arrivals[1:], strict=False)]
         await self._emit(
             LLMUsageFrame(

@@ -53,6 +53,7 @@ from agent.frames import (
     SpeechLullFrame,
     SpeechPausedFrame,
     TimelineEventFrame,
+    TurnEndReasonFrame,
 )
 from agent.recognition.sound_onset import SoundOnset
 from agent.settings import TurnSettings
@@ -117,7 +118,8 @@ class TurnDetector(FrameProcessor):
     ) -> None:
         super().__init__()
         self._settings = settings
-        self._audio_clock_only = audio_clock_only  # audio not fed in real time (benchmarks)
+        # Audio not fed in real time (benchmarks, compute-paced replays): no wall-clock fallback.
+        self._audio_clock_only = audio_clock_only or clock.compute_paced
         self._clock = clock
         self._rate = rate
         self._vad = SharedSileroVAD(
@@ -191,7 +193,7 @@ class TurnDetector(FrameProcessor):
             self._lull.update(pcm, self._rate)
             await self._report_lull(state)
         if self._fallback_at_ms is not None and self._clock.now_ms() >= self._fallback_at_ms:
-            await self._end_turn()
+            await self._end_turn("max_silence", self._settings.max_silence_secs)
         if state == previous:
             return
         if state == VADState.SPEAKING and previous != VADState.STOPPING:
@@ -294,15 +296,11 @@ class TurnDetector(FrameProcessor):
         self._decision = self.create_task(self._decide_end_of_turn(stopped_at))
 
     async def _decide_end_of_turn(self, silence_started_ms: float) -> None:
-        if self._smart_turn is not None:
-            # The pause's verdict; when it says not yet, one more on the audio now. A finished
-            # sentence can sound less finished 0.1 s into its silence than after the stop
-            # window (on the phone line "We must find a new home in the stars." scored 0.02-0.08
-            # at the pause, 0.10-0.19 later, against a threshold of 0.05).
-            early = self._verdict or self._judge_now()
-            if await self._complete(await early) or await self._complete(await self._judge_now()):
-                await self._end_turn()
-                return
+        with self._clock.busy():  # a compute-paced replay waits for the verdict
+            verdict = await self._judge_stop()
+        if verdict is not None:
+            await self._end_turn(*verdict)
+            return
         fallback = silence_started_ms + self._settings.max_silence_secs * 1000
         self._fallback_at_ms = fallback
         if self._audio_clock_only:
@@ -310,12 +308,29 @@ class TurnDetector(FrameProcessor):
         # Also on the wall clock: a client may stop sending audio while it waits for us.
         await asyncio.sleep(max(0.0, (fallback - self._clock.now_ms()) / 1000))
         if self._fallback_at_ms == fallback:  # not ended by the audio clock, nor resumed
-            await self._end_turn()
+            await self._end_turn("max_silence", self._settings.max_silence_secs)
 
-    async def _complete(self, probability: float) -> bool:
+    async def _judge_stop(self) -> tuple[str, float] | None:
+        """Which signal ends the turn at this stop, with its value (None: none does yet)."""
+        if self._smart_turn is not None:
+            # The pause's verdict; when it says not yet, one more on the audio now. A finished
+            # sentence can sound less finished 0.1 s into its silence than after the stop
+            # window (on the phone line "We must find a new home in the stars." scored 0.02-0.08
+            # at the pause, 0.10-0.19 later, against a threshold of 0.05).
+            early = self._verdict or self._judge_now()
+            return await self._complete(await early) or await self._complete(
+                await self._judge_now()
+            )
+        return None
+
+    async def _complete(self, probability: float) -> tuple[str, float] | None:
         """Smart Turn calls the turn complete, or likely and its transcript ends a sentence."""
-        lean = self._settings.smart_turn_lean
-        return probability >= 0.5 or (probability >= lean and await self._sentence_done())
+        p = round(probability, 3)
+        if probability >= 0.5:
+            return "smart_turn", p
+        if probability >= self._settings.smart_turn_lean and await self._sentence_done():
+            return "smart_turn_and_text", p
+        return None
 
     async def _sentence_done(self) -> bool:
         """Whether recognition's transcript at this pause ends a sentence (waits briefly)."""
@@ -330,8 +345,9 @@ class TurnDetector(FrameProcessor):
         result = self._smart_turn._predict_endpoint(audio.astype(np.float32) / 32768.0)
         return float(result["probability"])
 
-    async def _end_turn(self) -> None:
+    async def _end_turn(self, reason: str, value: float) -> None:
         self._verdict = None
+        await self.push_frame(TurnEndReasonFrame(reason=reason, value=value))
         self._in_turn = False
         self._fallback_at_ms = None
         self._pause_text = ""

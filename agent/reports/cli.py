@@ -48,6 +48,7 @@ def write_reports(
     *,
     worst: int = 5,
     audio: bool = True,
+    extra_html: str = "",
 ) -> tuple[dict[str, Any], list[Path]]:
     """Pool the runs, write the requested reports; returns the pooled summary and the files."""
     pool = load_runs(run_dirs)
@@ -62,7 +63,7 @@ def write_reports(
         if fmt is Format.md:
             path.write_text(render_markdown(summary))
         elif fmt is Format.html:
-            path.write_text(render_html(pool, summary, budget, audio=audio))
+            path.write_text(render_html(pool, summary, budget, audio=audio, extra=extra_html))
         else:
             path.write_text(json.dumps(summary, indent=2) + "\n")
         written.append(path)
@@ -135,5 +136,14 @@ def compare(
     else:
         typer.echo(render_comparison(changes, str(base_dir), str(new_dir), tolerance_ms,
                                      tolerance_pct), nl=False)  # fmt: skip
-    if any(c.regressions for c in changes):
+    worse = False
+    from agent.evaluation.compare import compare_evals, load_eval, render_eval_comparison
+
+    base_eval, new_eval = load_eval(base_dir), load_eval(new_dir)
+    if base_eval is not None and new_eval is not None:  # two eval runs: their quality too
+        figures = compare_evals(base_eval, new_eval)
+        worse = any(f.worse for f in figures)
+        if not as_json:
+            typer.echo(render_eval_comparison(figures), nl=False)
+    if worse or any(c.regressions for c in changes):
         raise typer.Exit(1)

@@ -167,8 +167,11 @@ def _turn_card(turn: Turn, index: int, clip: Clip | None, budget: Budget) -> str
     return "".join(parts)
 
 
-def render_html(pool: Pool, summary: dict[str, Any], budget: Budget, *, audio: bool = True) -> str:
-    """The whole page from the pooled turns and their summary (agent.reports.pooled)."""
+def render_html(
+    pool: Pool, summary: dict[str, Any], budget: Budget, *, audio: bool = True, extra: str = ""
+) -> str:
+    """The whole page from the pooled turns and their summary (agent.reports.pooled);
+    ``extra``: sections (already escaped HTML) shown after the key figures."""
     values = stage_values(pool.records)
     v2v = summary["stages"]["voice_to_voice"]
     limit = budget.stages["voice_to_voice"]
@@ -206,6 +209,7 @@ def render_html(pool: Pool, summary: dict[str, Any], budget: Budget, *, audio: b
 <p class="sub">{summary["turns"]} turns from {runs} · budget profile
 <b>{escape(summary["budget"]["profile"])}</b> · all times in ms from the user's speech end</p>
 <div class="kpis">{kpis}</div>
+{extra}
 <h2>Budget per stage</h2>
 <div class="card">{_budget_table(summary)}
 {f'<ul class="violations">{violations}</ul>' if violations else ""}</div>

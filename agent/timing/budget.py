@@ -80,6 +80,51 @@ class Budget(BaseModel):
         return problems
 
 
+class EvalLimits(BaseModel):
+    """The eval gate (the budget file's ``eval:`` section): each limit unset is not checked."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_wer_gap: float | None = Field(
+        None, description="streaming WER minus offline WER on the same clips (0.005 = 0.5 points)"
+    )
+    max_cutoff_rate: float | None = Field(
+        None, ge=0, le=1, description="share of clips with a bot onset inside the caller's speech"
+    )
+    max_split_rate: float | None = Field(
+        None, ge=0, le=1, description="share of clips heard as more turns than they hold"
+    )
+
+    def check(self, figures: dict) -> list[str]:
+        """One line per broken limit, from ``voice-agent eval``'s overall figures."""
+        problems = []
+        for limit, key in (
+            (self.max_wer_gap, "wer_gap"),
+            (self.max_cutoff_rate, "cutoff_rate"),
+            (self.max_split_rate, "split_rate"),
+        ):
+            got = figures.get(key)
+            if limit is not None and got is not None and got > limit:
+                problems.append(f"{key} {got:.3f} > limit {limit:.3f} ({figures['clips']} clips)")
+        return problems
+
+
+def load_eval_limits(path: Path) -> EvalLimits:
+    """The ``eval:`` section of a budget file (no section: nothing is checked)."""
+    try:
+        data = yaml.safe_load(path.read_text()) if path.is_file() else {}
+    except yaml.YAMLError as exc:
+        detail = " ".join(str(exc).split())
+        raise UserError(f"budget file {path} is not valid YAML: {detail}") from None
+    section = (data or {}).get("eval") or {}
+    try:
+        return EvalLimits.model_validate(section)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        raise UserError(f"budget file {path}, eval: {loc}: {err['msg']}") from None
+
+
 def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=float), q, method="linear"))
 

@@ -22,7 +22,14 @@ from pipecat.observers.base_observer import BaseObserver, FramePushed
 from pipecat.transports.base_output import BaseOutputTransport
 
 from agent.clock import CallClock
-from agent.frames import LLMUsageFrame, PhraseFrame, StageErrorFrame, TimelineEventFrame
+from agent.frames import (
+    ClipStartedFrame,
+    LLMUsageFrame,
+    PhraseFrame,
+    StageErrorFrame,
+    TimelineEventFrame,
+    TurnEndReasonFrame,
+)
 from agent.timing.budget import Budget
 from agent.timing.timeline import EVENTS, stages_and_gaps
 
@@ -36,6 +43,7 @@ WATCHED = (
     TTSAudioRawFrame,
     LLMUsageFrame,
     StageErrorFrame,
+    TurnEndReasonFrame,
 )
 LAST_WINS = {"bot_audio_end"}
 
@@ -53,6 +61,8 @@ class Turn:
     exact: set[str] = field(default_factory=set)
     llm: dict[str, Any] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    end_reason: str | None = None
+    end_value: float | None = None
 
     def record(self, budget: Budget | None) -> dict[str, Any]:
         """The turn record of the replay contract (DESIGN.md)."""
@@ -71,6 +81,8 @@ class Turn:
             "llm": self.llm,
             "budget": budget.turn_verdicts(stages) if budget else {},
             "interrupted": self.events["interrupted"] is not None,
+            "turn_end_reason": self.end_reason,
+            "turn_end_value": self.end_value,
             "errors": self.errors,
         }
 
@@ -78,17 +90,11 @@ class Turn:
 class TurnTimer(BaseObserver):
     """Collects turn records from the frames of one call."""
 
-    def __init__(
-        self,
-        clock: CallClock,
-        budget: Budget | None = None,
-        *,
-        inputs: list[str] | None = None,
-    ) -> None:
+    def __init__(self, clock: CallClock, budget: Budget | None = None) -> None:
         super().__init__()
         self._clock = clock
         self._budget = budget
-        self._inputs = inputs or []
+        self._clip: str | None = None  # the replayed file playing now
         self._seen: set[int] = set()
         self.turns: list[Turn] = []
 
@@ -97,9 +103,7 @@ class TurnTimer(BaseObserver):
     def _user_turn(self, opening: bool = False) -> Turn:
         """The latest user turn; ``speech_start`` opens a new one once the last has ended."""
         if not self.turns or (opening and self.turns[-1].events["turn_end"] is not None):
-            number = len(self.turns) + 1
-            source = self._inputs[number - 1] if number <= len(self._inputs) else None
-            self.turns.append(Turn(number=number, input=source))
+            self.turns.append(Turn(number=len(self.turns) + 1, input=self._clip))
         return self.turns[-1]
 
     def _bot_turn(self) -> Turn | None:
@@ -136,12 +140,18 @@ class TurnTimer(BaseObserver):
             if turn:
                 turn.spoken_text += " " + frame.text
             return
+        if isinstance(frame, ClipStartedFrame):
+            self._clip = frame.name
+            return
         if not isinstance(frame, WATCHED) or frame.id in self._seen:
             return
         self._seen.add(frame.id)
         now = self._clock.now_ms()
         if isinstance(frame, TimelineEventFrame):
             self._set(frame.event, frame.at_ms, frame.exact)
+        elif isinstance(frame, TurnEndReasonFrame):
+            turn = self._user_turn()
+            turn.end_reason, turn.end_value = frame.reason, frame.value
         elif isinstance(frame, UserStoppedSpeakingFrame):
             self._set("turn_end", now)
         elif isinstance(frame, TranscriptionFrame):

@@ -1,6 +1,10 @@
-"""Replay transport: recorded turns in at real-time pace, bot audio out as a speaker would play it.
+"""Replay transport: recorded turns in, paced by the call clock, bot audio out as a speaker would
+play it.
 
-Input: each file is one user turn, pushed in 20 ms frames on the wall clock. While it waits
+Input: each file is one user turn, pushed in 20 ms frames on the call clock: the wall clock
+(real-time pace), or the audio clock of ``ComputeClock`` (compute pace: each frame goes in once
+the work the audio so far started has finished, so the result does not depend on the CPU).
+While it waits
 for the bot to answer it keeps pushing silence, like a caller holding the line, and plays the
 next file once the bot has finished (or said it will not answer). The speech bounds of each
 file are found offline, so ``speech_start``/``speech_end`` are exact.
@@ -31,7 +35,7 @@ from pipecat.transports.base_transport import TransportParams
 
 from agent.audio import speech_bounds
 from agent.clock import CallClock, CallRecorder
-from agent.frames import HoldBotAudioFrame, NoReplyFrame, TimelineEventFrame
+from agent.frames import ClipStartedFrame, HoldBotAudioFrame, NoReplyFrame, TimelineEventFrame
 
 FRAME_MS = 20
 
@@ -42,6 +46,17 @@ class ReplayTurn:
 
     name: str
     samples: np.ndarray
+
+
+@dataclass
+class PlayedClip:
+    """Where one input file lay on the call clock (ms): for tools that grade turn-taking."""
+
+    name: str
+    start_ms: float
+    end_ms: float
+    speech_start_ms: float | None = None
+    speech_end_ms: float | None = None
 
 
 class ReplayInput(FrameProcessor):
@@ -67,11 +82,13 @@ class ReplayInput(FrameProcessor):
         self._frame_samples = rate * FRAME_MS // 1000
         self._answered = asyncio.Event()
         self._task: asyncio.Task | None = None
-        self._next_push = 0.0
+        self._next_ms = 0.0  # when the next frame is due, on the call clock
+        self.played: list[PlayedClip] = []
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
         if isinstance(frame, StartFrame):
+            self._clock.start()
             await self.push_frame(frame, direction)
             self._task = self.create_task(self._play_all())
             return
@@ -84,12 +101,9 @@ class ReplayInput(FrameProcessor):
 
     async def _push_chunk(self, chunk: np.ndarray) -> float:
         """Push one frame when its time comes; returns the call time it was pushed at."""
-        loop = asyncio.get_running_loop()
-        delay = self._next_push - loop.time()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        self._next_push = max(self._next_push, loop.time()) + FRAME_MS / 1000
+        await self._clock.wait_until(self._next_ms)
         at_ms = self._clock.now_ms()
+        self._next_ms = max(self._next_ms, at_ms) + FRAME_MS
         pcm = chunk.tobytes()
         self._recorder.write_user(self._recorder.position(at_ms), pcm)
         await self.push_frame(InputAudioRawFrame(audio=pcm, sample_rate=self._rate, num_channels=1))
@@ -105,27 +119,30 @@ class ReplayInput(FrameProcessor):
         n = self._frame_samples
         padded = np.concatenate([turn.samples, np.zeros((-len(turn.samples)) % n, dtype=np.int16)])
         self._answered.clear()
+        clip = PlayedClip(turn.name, self._clock.now_ms(), self._clock.now_ms())
+        self.played.append(clip)
+        await self.push_frame(ClipStartedFrame(name=turn.name, at_ms=clip.start_ms))
         for start in range(0, len(padded), n):
             at_ms = await self._push_chunk(padded[start : start + n])
+            clip.end_ms = at_ms + FRAME_MS
             if bounds is None:
                 continue
             for event, sample in (("speech_start", bounds[0]), ("speech_end", bounds[1])):
                 if start <= sample < start + n or (event == "speech_end" and sample == start + n):
                     offset_ms = (sample - start) * 1000 / self._rate
-                    await self.push_frame(
-                        TimelineEventFrame(event=event, at_ms=round(at_ms + offset_ms, 1))
-                    )
+                    event_ms = round(at_ms + offset_ms, 1)
+                    setattr(clip, f"{event}_ms", event_ms)
+                    await self.push_frame(TimelineEventFrame(event=event, at_ms=event_ms))
 
     async def _wait_for_answer(self) -> None:
         """Keep the line open (silence) until the bot finished answering, or gave up."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._answer_timeout
-        while not self._answered.is_set() and loop.time() < deadline:
+        deadline = self._clock.now_ms() + self._answer_timeout * 1000
+        while not self._answered.is_set() and self._clock.now_ms() < deadline:
             await self._push_silence(FRAME_MS / 1000)
         await self._push_silence(self._settle_secs)
 
     async def _play_all(self) -> None:
-        self._next_push = asyncio.get_running_loop().time()
+        self._next_ms = self._clock.now_ms()
         await self._push_silence(self._settle_secs)
         for turn in self._turns:
             await self._play_turn(turn)
@@ -181,7 +198,7 @@ class SimulatedSpeakerOutput(BaseOutputTransport):
         # Block while more than one chunk is queued in the device, like a real sound card.
         ahead_secs = (self._cursor - now - len(frame.audio) // 2) / self.sample_rate
         if ahead_secs > 0:
-            await asyncio.sleep(ahead_secs)
+            await self._clock.sleep(ahead_secs)
         return True
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:

@@ -1,0 +1,153 @@
+"""Grade one replayed call clip by clip: what was heard, when the bot spoke, what it said.
+
+Turns belong to the clip that was playing when they opened. Speech bounds and bot onsets are
+read off call.wav (channel 0: the caller as pushed, channel 1: the bot as played), so a
+cut-off is a fact of the recording, not of the agent's own logs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import soundfile as sf
+
+from agent.audio import speech_bounds
+from agent.evaluation.answers import CallAnswers
+from agent.evaluation.manifest import Clip
+from agent.evaluation.text import word_errors
+from agent.transports.replay import PlayedClip
+
+BOT_GAP_MS = 300  # bot silence this long between two sounds makes the second a new onset
+
+
+@dataclass
+class ClipGrade:
+    """One clip of the call, graded; times in ms on the call clock."""
+
+    clip: str
+    reference: str
+    streaming_text: str
+    offline_text: str
+    streaming_errors: int
+    offline_errors: int
+    reference_words: int
+    expected_turns: int
+    turns: int
+    empty_turns: int
+    splits: int
+    merged: bool  # its speech went into the previous clip's turn
+    pauses: int
+    speech_start_ms: float | None
+    speech_end_ms: float | None
+    cutoffs: list[float]  # bot onsets inside the caller's speech
+    voice_to_voice_ms: float | None  # speech end -> the bot's first onset after it
+    endpointing_ms: list[float]
+    ended_by: list[str | None]
+    answers: list[str]
+    answer_problems: list[list[str]]
+    record_voice_to_voice_ms: list[float | None] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def bot_onsets(bot: np.ndarray, rate: int, gap_ms: int = BOT_GAP_MS) -> list[int]:
+    """Sample positions where the bot starts sounding after ``gap_ms`` of exact silence."""
+    sounding = np.flatnonzero(bot)
+    if len(sounding) == 0:
+        return []
+    breaks = np.flatnonzero(np.diff(sounding) > rate * gap_ms // 1000)
+    return [int(sounding[0])] + sounding[breaks + 1].astype(int).tolist()
+
+
+def _turn_opened_ms(record: dict[str, Any]) -> float | None:
+    events = record["events"]
+    for key in ("speech_start", "turn_end", "stt_final"):
+        if events.get(key) is not None:
+            return float(events[key])
+    return None
+
+
+def assign_turns(records: list[dict[str, Any]], played: list[PlayedClip]) -> list[list[dict]]:
+    """The turn records of each clip: those that opened while it (or the silence after it)
+    was playing."""
+    starts = [p.start_ms for p in played]
+    out: list[list[dict]] = [[] for _ in played]
+    for record in records:
+        opened = _turn_opened_ms(record)
+        if opened is None:
+            continue
+        i = max(0, int(np.searchsorted(starts, opened, side="right")) - 1)
+        out[i].append(record)
+    return out
+
+
+def grade_call(
+    call_wav: Path,
+    clips: list[Clip],
+    played: list[PlayedClip],
+    records: list[dict[str, Any]],
+    offline: list[str],
+) -> list[ClipGrade]:
+    """Every clip of one call, graded."""
+    audio, rate = sf.read(str(call_wav), dtype="int16", always_2d=True)
+    user, bot = audio[:, 0], audio[:, 1]
+    onsets = [s * 1000 / rate for s in bot_onsets(bot, rate)]
+    by_clip = assign_turns(records, played)
+    answers = CallAnswers()
+    grades: list[ClipGrade] = []
+    for i, (clip, play, turns) in enumerate(zip(clips, played, by_clip, strict=True)):
+        a, b = (int(play.start_ms * rate / 1000), int(play.end_ms * rate / 1000))
+        bounds = speech_bounds(user[a:b], rate)
+        start = end = None
+        if bounds is not None:
+            start, end = (round((a + s) * 1000 / rate, 1) for s in bounds)
+        window_end = played[i + 1].start_ms if i + 1 < len(played) else float("inf")
+        cut = [t for t in onsets if start is not None and end is not None and start < t < end]
+        after = [t for t in onsets if end is not None and end <= t < window_end]
+        streaming = " ".join(r["user_text"] for r in turns if r["user_text"]).strip()
+        s_err, n_ref = word_errors(clip.text, streaming)
+        o_err, _ = word_errors(clip.text, offline[i])
+        heard = [r for r in turns if r["user_text"].strip()]
+        previous = by_clip[i - 1] if i else []
+        merged = (
+            not turns
+            and start is not None
+            and bool(previous)
+            and (previous[-1]["events"].get("turn_end") or 0) >= start
+        )
+        checks = [answers.check(r["user_text"], r["bot_text"]) for r in turns]
+        grades.append(
+            ClipGrade(
+                clip=clip.file,
+                reference=clip.text,
+                streaming_text=streaming,
+                offline_text=offline[i],
+                streaming_errors=s_err,
+                offline_errors=o_err,
+                reference_words=n_ref,
+                expected_turns=clip.expect_turns,
+                turns=len(turns),
+                empty_turns=len(turns) - len(heard),
+                splits=max(0, len(heard) - clip.expect_turns),
+                merged=merged,
+                pauses=len(clip.pauses),
+                speech_start_ms=start,
+                speech_end_ms=end,
+                cutoffs=[round(t, 1) for t in cut],
+                voice_to_voice_ms=round(after[0] - end, 1) if after and end is not None else None,
+                endpointing_ms=[
+                    r["stages"]["endpointing"]
+                    for r in turns
+                    if r["stages"].get("endpointing") is not None
+                ],
+                ended_by=[r.get("turn_end_reason") for r in turns],
+                answers=[r["bot_text"] for r in turns],
+                answer_problems=[c.problems for c in checks],
+                record_voice_to_voice_ms=[r["voice_to_voice_ms"] for r in turns],
+            )
+        )
+    return grades

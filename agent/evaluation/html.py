@@ -1,0 +1,69 @@
+"""The eval tables of the HTML report: corpus figures first, then one row per clip."""
+
+from __future__ import annotations
+
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from agent.reports.markdown import ms
+
+COLUMNS = ("clip", "turns", "WER stream", "WER offline", "cut-offs", "v2v ms", "ended by")
+TEXT_COLUMNS = ("reference", "heard", "answered", "answer problems")
+
+
+def pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.1f} %"
+
+
+def eval_section(report: dict[str, Any]) -> str:
+    """Escaped HTML: the corpus figures, the limits broken, and the per-clip table."""
+    o = report["overall"]
+    v2v, endp, ans = o["voice_to_voice_callwav"], o["endpointing"], o["answers"]
+    figures = [
+        ("WER streaming / offline", f"{pct(o['wer_streaming'])} / {pct(o['wer_offline'])}"),
+        ("WER gap", pct(o["wer_gap"])),
+        ("turns / expected", f"{o['turns']} / {o['expected_turns']}"),
+        ("splits · merges · empty turns", f"{o['splits']} · {o['merges']} · {o['empty_turns']}"),
+        ("cut-offs (clips)", f"{o['cutoffs']} ({o['clips_cut_off']}, {pct(o['cutoff_rate'])})"),
+        ("voice-to-voice from call.wav p50 / p95", f"{ms(v2v['p50'])} / {ms(v2v['p95'])} ms"),
+        ("endpointing p50 / p95", f"{ms(endp['p50'])} / {ms(endp['p95'])} ms"),
+        (
+            "answers: empty · repeated · repeated sentence · loop · echo",
+            f"{ans['empty']} · {ans['repeated']} · {ans['repeated_sentence']} · {ans['loop']}"
+            f" · {ans['echo']} of {ans['answered']}",
+        ),
+    ]
+    rows = "".join(f"<tr><td>{escape(k)}</td><td>{escape(v)}</td></tr>" for k, v in figures)
+    violations = "".join(f"<li>{escape(v)}</li>" for v in report["violations"])
+    clips = []
+    for c in report["clips"]:
+        n = c["reference_words"] or 1
+        problems = sorted({p for turn in c["answer_problems"] for p in turn})
+        cells = [
+            escape(Path(c["clip"]).name),
+            f"{c['turns']}/{c['expected_turns']}" + (" merged" if c["merged"] else ""),
+            pct(c["streaming_errors"] / n),
+            pct(c["offline_errors"] / n),
+            str(len(c["cutoffs"])),
+            ms(c["voice_to_voice_ms"]),
+            escape(", ".join(str(r) for r in c["ended_by"] if r)),
+        ]
+        texts = [
+            escape(c["reference"]), escape(c["streaming_text"]), escape(" | ".join(c["answers"]))
+        ]  # fmt: skip
+        clips.append(
+            "<tr>" + "".join(f"<td>{x}</td>" for x in cells)
+            + "".join(f'<td class="text">{t}</td>' for t in texts)
+            + f'<td class="text">{escape(", ".join(problems))}</td></tr>'
+        )  # fmt: skip
+    head = "".join(f"<th>{escape(h)}</th>" for h in COLUMNS) + "".join(
+        f'<th class="text">{escape(h)}</th>' for h in TEXT_COLUMNS
+    )
+    return f"""
+<h2>Eval ({escape(report["pace"])} pace) <span class="badge {report["verdict"]}">
+{escape(report["verdict"])}</span></h2>
+<div class="card"><table>{rows}</table>
+{f'<ul class="violations">{violations}</ul>' if violations else ""}</div>
+<h2>Eval per clip</h2>
+<div class="card"><table><tr>{head}</tr>{"".join(clips)}</table></div>"""

@@ -1,0 +1,106 @@
+"""Eval grading on hand-made calls: no models, so these run in milliseconds."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from agent.errors import UserError
+from agent.evaluation.answers import CallAnswers, echoes, loops
+from agent.evaluation.grading import assign_turns, bot_onsets, grade_call
+from agent.evaluation.manifest import load_manifest
+from agent.evaluation.text import normalise, wer
+from agent.transports.replay import PlayedClip
+
+RATE = 16000
+
+
+def record(opened: float, user: str, bot: str, turn_end: float | None = None) -> dict:
+    end = turn_end if turn_end is not None else opened + 500
+    return {
+        "user_text": user, "bot_text": bot, "voice_to_voice_ms": None,
+        "events": {"speech_start": opened, "turn_end": end, "stt_final": end},
+        "stages": {"endpointing": 200.0}, "turn_end_reason": "smart_turn",
+    }  # fmt: skip
+
+
+def test_whisper_normaliser_merges_numbers_and_spelling():
+    assert normalise("Mr. Smith's colour, 1813!") == normalise("mister smith's color 1813")
+    assert normalise("one two three") == normalise("123")  # spoken digits, one token
+    assert wer([("the cat sat down", "the cat sat down")]) == 0
+    pairs = [("the cat sat down", "the cat sat"), ("a dog", "a dog")]
+    assert wer(pairs) == pytest.approx(1 / 6)
+
+
+def test_answer_checks_find_repeats_loops_and_echoes():
+    calls = CallAnswers()
+    assert calls.check("what is your name", "I am Joe. How can I help?").problems == []
+    again = calls.check("what time is it", "I am Joe. How can I help?")
+    assert {"repeated", "repeated_sentence"} <= set(again.problems)
+    assert loops("The sky is blue. It is nice. The sky is blue.")
+    assert not loops("Yes. Yes. The sky is blue.")  # short sentences may come back
+    assert echoes("what part of the united states is your home", "The United States is your home.")
+    assert not echoes("what is the capital of france", "The capital is Paris.")
+    assert calls.check("hello there", "").problems == ["empty"]
+
+
+def test_bot_onsets_need_a_gap_of_silence():
+    bot = np.zeros(RATE * 3, dtype=np.int16)
+    bot[RATE // 2 : RATE] = 100  # 0.5-1.0 s
+    bot[RATE + RATE // 10 : RATE + RATE // 5] = 100  # 100 ms later: the same stretch
+    bot[2 * RATE :] = 100  # after 0.8 s of silence: a new onset
+    assert bot_onsets(bot, RATE) == [RATE // 2, 2 * RATE]
+
+
+def test_turns_belong_to_the_clip_playing_when_they_opened():
+    played = [PlayedClip("a", 0, 3000), PlayedClip("b", 5000, 8000)]
+    turns = [record(800, "x", "y"), record(1500, "z", "w"), record(5100, "q", "r")]
+    assert assign_turns(turns, played) == [turns[:2], turns[2:]]
+
+
+def test_grade_call_reads_cut_offs_and_voice_to_voice_off_call_wav(tmp_path):
+    user = np.zeros(RATE * 10, dtype=np.int16)
+    bot = np.zeros_like(user)
+    rng = np.random.default_rng(1)
+    user[RATE : 3 * RATE] = (rng.normal(0, 3000, 2 * RATE)).astype(np.int16)  # clip a: 1-3 s
+    user[6 * RATE : 8 * RATE] = (rng.normal(0, 3000, 2 * RATE)).astype(np.int16)  # b: 6-8 s
+    bot[2 * RATE : 2 * RATE + 1000] = 500  # bot starts at 2.0 s, inside clip a's speech
+    bot[8 * RATE + 8000 :] = 500  # 0.5 s after clip b's speech
+    sf.write(tmp_path / "call.wav", np.stack([user, bot], axis=1), RATE, subtype="PCM_16")
+    manifest = tmp_path / "m.jsonl"
+    (tmp_path / "a.wav").write_bytes(b"")
+    (tmp_path / "b.wav").write_bytes(b"")
+    manifest.write_text(
+        json.dumps({"file": "a.wav", "text": "hello there"}) + "\n"
+        + json.dumps({"file": "b.wav", "text": "how are you", "pauses": [[0.5, 0.9]]}) + "\n"
+    )  # fmt: skip
+    clips = load_manifest(manifest)
+    played = [PlayedClip("a", 500, 4000), PlayedClip("b", 5500, 9000)]
+    records = [record(1000, "hello", "Hi."), record(2500, "there", "Hi.")]
+    records.append(record(6000, "how are you", "Fine."))
+    offline = ["hello there", "how are you"]
+    a, b = grade_call(tmp_path / "call.wav", clips, played, records, offline)
+    assert a.turns == 2 and a.splits == 1 and a.cutoffs and 1990 <= a.cutoffs[0] <= 2010
+    assert a.streaming_errors == 0 and a.offline_errors == 0
+    assert a.answer_problems == [[], ["repeated"]]
+    assert b.turns == 1 and not b.cutoffs and b.pauses == 1
+    assert b.voice_to_voice_ms == pytest.approx(500, abs=15)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("not json\n", "is not JSON"),
+        ('{"file": "x.wav"}\n', "text"),
+        ('{"file": "missing.wav", "text": "hi"}\n', "not found"),
+        ("\n", "has no clips"),
+    ],
+)
+def test_bad_manifests_are_one_clear_line(tmp_path, content, message):
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(content)
+    with pytest.raises(UserError, match=message):
+        load_manifest(manifest)

@@ -11,7 +11,7 @@ from pipecat.frames.frames import DataFrame, SystemFrame
 class ClipStartedFrame(SystemFrame):
     """A replayed input file starts playing: the turns that open while it plays are its."""
 
-    name: str = ""
+    clip: str = ""  # (``name`` is the frame's own)
     at_ms: float = 0.0
 
 

@@ -47,7 +47,7 @@ from agent.frames import (
     StageErrorFrame,
     TimelineEventFrame,
 )
-from agent.recognition.utterance import Snapshot, Utterance
+from agent.recognition.utterance import Snapshot, Utterance, has_words
 from agent.recognition.whisper_decoder import RATE, Pass, WhisperDecoder
 from agent.settings import ASRSettings
 
@@ -94,6 +94,7 @@ class StreamingWhisperSTT(FrameProcessor):
         self._last_pass: _RunningPass | None = None
         self._speculation: _RunningPass | None = None  # the pause's pass; dropped on speech
         self._quiet_pass_due = False  # the next pass is the lull's
+        self._heard_only_noise = False  # the latest pause transcript of the turn had no word
 
     # -- frames -----------------------------------------------------------------------------
 
@@ -108,6 +109,10 @@ class StreamingWhisperSTT(FrameProcessor):
             self._start_turn()
         elif isinstance(frame, VADUserStartedSpeakingFrame):
             self._speculation = None
+            if self._heard_only_noise and self._utt is not None:
+                # What came before the pause held no word (a hiss, a click, a breath): the
+                # turn starts again here, so no pass reads it into the caller's words.
+                self._start_turn()
         elif isinstance(frame, SpeechLullFrame) and self._utt is not None:
             self._since_pass = max(self._since_pass, self._interval_samples)  # due now
             self._quiet_pass_due = True
@@ -135,6 +140,7 @@ class StreamingWhisperSTT(FrameProcessor):
         self._last_pass = None
         self._speculation = None
         self._quiet_pass_due = False
+        self._heard_only_noise = False
 
     @property
     def _interval_samples(self) -> int:
@@ -223,6 +229,7 @@ class StreamingWhisperSTT(FrameProcessor):
             return  # reported when the final pass is awaited
         if spec is self._speculation and self._utt is not None:
             text = self._utt.text(result)
+            self._heard_only_noise = not has_words(text)
             await self.push_frame(PauseTranscriptFrame(text=text), FrameDirection.UPSTREAM)
             await self.push_frame(SpeculativeTranscriptFrame(text=text))  # the LLM may start
 
@@ -244,6 +251,8 @@ class StreamingWhisperSTT(FrameProcessor):
         utt, self._utt = self._utt, None
         assert utt is not None
         text, ready_ms = await self._final_pass(utt)
+        if not has_words(text):
+            text = ""  # noise is not a turn to answer
         logger.debug(f"{self}: final over {utt.secs:.2f} s: {text!r}")
         await self.push_frame(TimelineEventFrame(event="stt_final", at_ms=ready_ms))
         await self.push_frame(

@@ -56,6 +56,7 @@ from agent.frames import (
     TurnEndReasonFrame,
 )
 from agent.recognition.sound_onset import SoundOnset
+from agent.recognition.utterance import has_words
 from agent.settings import TurnSettings
 
 SMART_TURN_MAX_SECS = 8
@@ -312,6 +313,8 @@ class TurnDetector(FrameProcessor):
 
     async def _judge_stop(self) -> tuple[str, float] | None:
         """Which signal ends the turn at this stop, with its value (None: none does yet)."""
+        if not await self._heard_words():
+            return None  # a hiss or a click before the caller speaks: wait for the words
         if self._smart_turn is not None:
             # The pause's verdict; when it says not yet, one more on the audio now. A finished
             # sentence can sound less finished 0.1 s into its silence than after the stop
@@ -332,11 +335,23 @@ class TurnDetector(FrameProcessor):
             return "smart_turn_and_text", p
         return None
 
-    async def _sentence_done(self) -> bool:
-        """Whether recognition's transcript at this pause ends a sentence (waits briefly)."""
+    async def _heard_words(self) -> bool:
+        """Whether recognition's transcript at this pause holds a word (True when it is late:
+        only a transcript known to be noise holds the turn open)."""
+        if not await self._pause_text_arrived():
+            return True
+        return has_words(self._pause_text)
+
+    async def _pause_text_arrived(self) -> bool:
         try:
             await asyncio.wait_for(self._pause_text_ready.wait(), PAUSE_TEXT_WAIT_SECS)
         except TimeoutError:
+            return False
+        return True
+
+    async def _sentence_done(self) -> bool:
+        """Whether recognition's transcript at this pause ends a sentence (waits briefly)."""
+        if not await self._pause_text_arrived():
             return False
         return self._pause_text.rstrip().endswith((".", "?", "!"))
 

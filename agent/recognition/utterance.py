@@ -31,6 +31,19 @@ MAX_OVERLAP_WORDS = 4
 NEW_TOKENS_PER_SEC = 6  # what audio since the last pass may add: fast speech, with stamps
 
 
+FILLERS = {"uh", "um", "umm", "hmm", "mm", "mhm", "ah", "er", "erm", "eh", "oh"}
+
+
+def has_words(text: str) -> bool:
+    """Whether a transcript holds a spoken word: a hiss or a click comes out as a lone letter
+    ("S,", "S-L-S-L-"), a hesitation as a filler, and neither makes a turn."""
+    tokens = re.split(r"[\s\-]+", text.lower())
+    return any(
+        (len(re.sub(r"[^a-z]", "", t)) >= 2 or re.search(r"\d", t)) and _key(t) not in FILLERS
+        for t in tokens
+    )
+
+
 def _key(word: str) -> str:
     return re.sub(r"[^a-z0-9']", "", word.lower())
 

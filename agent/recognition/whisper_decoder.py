@@ -83,6 +83,7 @@ class Pass:
     segments: list[Segment]
     words: list[Word] = field(default_factory=list)
     restarted: bool = False  # Whisper started the text over: it read the window to its end
+    no_speech_prob: float = 0.0  # Whisper's probability that the window holds no speech
 
     @property
     def tokens(self) -> int:
@@ -169,6 +170,7 @@ class WhisperDecoder:
                 segments=done.segments + rest.segments,
                 words=done.words + rest.words,
                 restarted=rest.restarted,
+                no_speech_prob=done.no_speech_prob,
             )
         return done
 
@@ -222,10 +224,13 @@ class WhisperDecoder:
             suppress_blank=True,
             suppress_tokens=[-1],
             repetition_penalty=penalty,
+            return_no_speech_prob=True,
         )
         ids = result[0].sequences_ids[0]
         at_limit = self.tokenizer.eot not in ids and len(ids) >= max_length // 2
-        return self._parse(ids, secs, window, at_limit)
+        done, looped, cut_short = self._parse(ids, secs, window, at_limit)
+        done.no_speech_prob = float(result[0].no_speech_prob)
+        return done, looped, cut_short
 
     def _align(self, done: Pass, encoded: ctranslate2.StorageView, secs: float) -> list[Word]:
         """Word timings of the pass's text (faster-whisper's cross-attention alignment)."""

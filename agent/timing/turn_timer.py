@@ -141,7 +141,7 @@ class TurnTimer(BaseObserver):
                 turn.spoken_text += " " + frame.text
             return
         if isinstance(frame, ClipStartedFrame):
-            self._clip = frame.name
+            self._clip = frame.clip
             return
         if not isinstance(frame, WATCHED) or frame.id in self._seen:
             return

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from pipecat.frames.frames import (
+    BotStartedSpeakingFrame,
     BotStoppedSpeakingFrame,
     EndFrame,
     EndWorkerFrame,
@@ -28,6 +29,8 @@ from pipecat.frames.frames import (
     InterruptionFrame,
     OutputAudioRawFrame,
     StartFrame,
+    UserStartedSpeakingFrame,
+    UserStoppedSpeakingFrame,
 )
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.transports.base_output import BaseOutputTransport
@@ -80,7 +83,9 @@ class ReplayInput(FrameProcessor):
         self._answer_timeout = answer_timeout_secs
         self._settle_secs = settle_secs
         self._frame_samples = rate * FRAME_MS // 1000
-        self._answered = asyncio.Event()
+        # What the line is waiting for (from the frames coming back upstream): a turn the
+        # detector has not ended, an ended turn not yet answered, a bot still talking.
+        self._turn_open = self._answer_pending = self._bot_speaking = False
         self._task: asyncio.Task | None = None
         self._next_ms = 0.0  # when the next frame is due, on the call clock
         self.played: list[PlayedClip] = []
@@ -92,8 +97,14 @@ class ReplayInput(FrameProcessor):
             await self.push_frame(frame, direction)
             self._task = self.create_task(self._play_all())
             return
-        if isinstance(frame, BotStoppedSpeakingFrame | NoReplyFrame):
-            self._answered.set()
+        if isinstance(frame, UserStartedSpeakingFrame):
+            self._turn_open = True
+        elif isinstance(frame, UserStoppedSpeakingFrame):
+            self._turn_open, self._answer_pending = False, True
+        elif isinstance(frame, BotStartedSpeakingFrame):
+            self._bot_speaking = True
+        elif isinstance(frame, BotStoppedSpeakingFrame | NoReplyFrame):
+            self._bot_speaking = self._answer_pending = False
         if isinstance(frame, EndFrame) and self._task:
             await self.cancel_task(self._task)
         if not isinstance(frame, NoReplyFrame):
@@ -118,10 +129,9 @@ class ReplayInput(FrameProcessor):
         bounds = speech_bounds(turn.samples, self._rate)
         n = self._frame_samples
         padded = np.concatenate([turn.samples, np.zeros((-len(turn.samples)) % n, dtype=np.int16)])
-        self._answered.clear()
         clip = PlayedClip(turn.name, self._clock.now_ms(), self._clock.now_ms())
         self.played.append(clip)
-        await self.push_frame(ClipStartedFrame(name=turn.name, at_ms=clip.start_ms))
+        await self.push_frame(ClipStartedFrame(clip=turn.name, at_ms=clip.start_ms))
         for start in range(0, len(padded), n):
             at_ms = await self._push_chunk(padded[start : start + n])
             clip.end_ms = at_ms + FRAME_MS
@@ -135,9 +145,12 @@ class ReplayInput(FrameProcessor):
                     await self.push_frame(TimelineEventFrame(event=event, at_ms=event_ms))
 
     async def _wait_for_answer(self) -> None:
-        """Keep the line open (silence) until the bot finished answering, or gave up."""
+        """Keep the line open (silence) until every turn the clip opened has ended and been
+        answered (or said it will not be), or the timeout passes."""
         deadline = self._clock.now_ms() + self._answer_timeout * 1000
-        while not self._answered.is_set() and self._clock.now_ms() < deadline:
+        while self._clock.now_ms() < deadline and (
+            self._turn_open or self._answer_pending or self._bot_speaking
+        ):
             await self._push_silence(FRAME_MS / 1000)
         await self._push_silence(self._settle_secs)
 

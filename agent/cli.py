@@ -73,7 +73,7 @@ def replay(
     """Play recorded turns through one call and time every stage."""
     from agent.clock import clock_for
     from agent.pipeline import AgentModels, llm_engine
-    from agent.replay import load_turns, replay_call
+    from agent.replay import load_turns, paced_settings, replay_call
 
     settings = settings_from_flags(
         config,
@@ -83,6 +83,7 @@ def replay(
         asr__model=asr_model,
         tts__voice=voice,
     )
+    settings = paced_settings(settings, pace)
     the_budget = load_budget(settings.budget_file, settings.budget_profile)
     turns = load_turns(inputs, settings.sample_rate)
     with err.status("loading models and starting the LLM engine…") as status:

@@ -58,7 +58,10 @@ class AgentModels:
             language=settings.asr.language,
         )
         voice = PiperVoiceModel(
-            voice_path, length_scale=settings.tts.length_scale, threads=settings.tts.threads
+            voice_path,
+            length_scale=settings.tts.length_scale,
+            threads=settings.tts.threads,
+            noise_w_scale=settings.tts.noise_w_scale,
         )
         voice.synthesize("Ready.", settings.sample_rate)  # first ONNX run is slow: do it now
         return cls(decoder=decoder, voice=voice, turn=TurnModels.load())

@@ -24,6 +24,15 @@ from agent.timing.turn_timer import TurnTimer
 from agent.transports.replay import PlayedClip, ReplayInput, ReplayTurn, SimulatedSpeakerOutput
 
 
+def paced_settings(settings: Settings, pace: str) -> Settings:
+    """The settings a replay at ``pace`` runs with: at compute pace the voice gives each
+    phrase the same length every time, so the timeline after an answer repeats too."""
+    if pace != "compute":
+        return settings
+    tts = settings.tts.model_copy(update={"noise_w_scale": 0.0})
+    return settings.model_copy(update={"tts": tts})
+
+
 def load_turns(inputs: list[Path], rate: int) -> list[ReplayTurn]:
     """All inputs read and checked before the call starts (a bad one fails fast)."""
     return [ReplayTurn(name=str(p), samples=load_audio(p, rate)) for p in inputs]

@@ -169,6 +169,12 @@ class TTSSettings(BaseModel):
     )
     phrase_min_words: int = Field(6, ge=1)
     length_scale: float = Field(1.0, gt=0)
+    noise_w_scale: float | None = Field(
+        None,
+        ge=0,
+        description="Piper's random phoneme-length variation (None: the voice's own); 0 makes "
+        "every phrase the same length each time (compute-paced replays use 0)",
+    )
     threads: int | None = Field(
         None,
         ge=1,

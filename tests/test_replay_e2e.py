@@ -1,4 +1,5 @@
-"""The replay command end to end: real speech, real models, the real llama.cpp server."""
+"""The replay command end to end: real speech, real models, at compute pace (what it hears,
+when turns end and what it answers do not depend on the CPU; latency is for benchmarks)."""
 
 from __future__ import annotations
 
@@ -39,9 +40,24 @@ def voice_agent(*args: str) -> subprocess.CompletedProcess:
 def run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     out = tmp_path_factory.mktemp("replay")
     first = as_flac_44k_stereo(SAMPLES / CLIPS[0], out)
-    done = voice_agent("replay", str(first), str(SAMPLES / CLIPS[1]), "--out", str(out))
+    done = voice_agent(
+        "replay", str(first), str(SAMPLES / CLIPS[1]), "--out", str(out), "--pace", "compute"
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return out, done
+
+
+def test_compute_pace_replays_the_same_call_twice(run, tmp_path):
+    out, _ = run
+    again = voice_agent(
+        "replay", str(out / (Path(CLIPS[0]).stem + ".flac")), str(SAMPLES / CLIPS[1]),
+        "--out", str(tmp_path), "--pace", "compute",
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    first, second = records(out), records(tmp_path)
+    for a, b in zip(first, second, strict=True):
+        assert (a["user_text"], a["bot_text"]) == (b["user_text"], b["bot_text"])
+        assert a["events"] == b["events"]  # the same timeline, to the frame
 
 
 def records(out: Path) -> list[dict]:
@@ -115,7 +131,7 @@ def test_check_exits_1_when_the_budget_is_violated(run, tmp_path):
     tight.write_text("profiles: {cpu: {voice_to_voice: {p50: 1, p95: 2}}}\n")
     done = voice_agent(
         "replay", str(SAMPLES / "ldc93s1.wav"), "--out", str(tmp_path / "o"),
-        "--check", "--budget", str(tight),
+        "--check", "--budget", str(tight), "--pace", "compute",
     )  # fmt: skip
     assert done.returncode == 1, done.stderr[-2000:]
     assert "over budget: voice_to_voice p50" in done.stdout

@@ -98,6 +98,7 @@ def register(app: typer.Typer) -> None:
         from agent.evaluation.manifest import load_manifest
         from agent.evaluation.run import evaluate
         from agent.pipeline import AgentModels, llm_engine
+        from agent.replay import paced_settings
         from agent.reports.cli import Format, write_reports
         from agent.timing.budget import load_budget, load_eval_limits
 
@@ -105,6 +106,7 @@ def register(app: typer.Typer) -> None:
             config, budget_file=budget, budget_profile=profile,
             **llm_flags(llm_url, llm_model, llm_engine_name), asr__model=asr_model,
         )  # fmt: skip
+        settings = paced_settings(settings, pace)
         the_budget = load_budget(settings.budget_file, settings.budget_profile)
         limits = load_eval_limits(settings.budget_file)
         clips = [clip for m in manifests for clip in load_manifest(m)]

@@ -108,11 +108,16 @@ class PiperVoiceModel:
     """A loaded Piper voice that synthesises one phrase to int16 audio at a target rate."""
 
     def __init__(
-        self, voice_path: Path, *, length_scale: float = 1.0, threads: int | None = None
+        self,
+        voice_path: Path,
+        *,
+        length_scale: float = 1.0,
+        threads: int | None = None,
+        noise_w_scale: float | None = None,
     ) -> None:
         self.voice = load_voice(voice_path, threads)
         self.rate = self.voice.config.sample_rate
-        self._config = SynthesisConfig(length_scale=length_scale)
+        self._config = SynthesisConfig(length_scale=length_scale, noise_w_scale=noise_w_scale)
 
     def synthesize(self, text: str, out_rate: int) -> np.ndarray:
         chunks = [c.audio_int16_array for c in self.voice.synthesize(text, self._config)]

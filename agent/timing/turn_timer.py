@@ -55,7 +55,7 @@ class Turn:
     errors: list[str] = field(default_factory=list)
 
     def record(self, budget: Budget | None) -> dict[str, Any]:
-        """The turn record of the replay contract (DESIGN.md)."""
+        """The turn record of the record contract (docs/design.md)."""
         stages, gaps, lead = stages_and_gaps(self.events)
         return {
             "turn": self.number,

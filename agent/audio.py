@@ -45,13 +45,13 @@ def float_to_int16(x: np.ndarray) -> np.ndarray:
 
 
 def level_dbfs(samples: np.ndarray) -> float:
-    """Energy of int16 samples in dBFS (the shared audio set's measure)."""
+    """Energy of int16 samples in dBFS (as the sample clips measure it)."""
     x = samples.astype(np.float64) / 32768.0
     return float(10 * np.log10(np.mean(x**2) + 1e-12))
 
 
 def frame_energy_dbfs(samples: np.ndarray, rate: int, win_ms: int = 20, hop_ms: int = 10):
-    """Energy in dBFS of ``win_ms`` windows every ``hop_ms`` (the shared audio set's method)."""
+    """Energy in dBFS of ``win_ms`` windows every ``hop_ms`` (as the sample clips measure it)."""
     win, hop = rate * win_ms // 1000, rate * hop_ms // 1000
     if len(samples) < win:
         return np.array([-120.0]), win, hop
@@ -62,7 +62,7 @@ def frame_energy_dbfs(samples: np.ndarray, rate: int, win_ms: int = 20, hop_ms: 
 def speech_bounds(
     samples: np.ndarray, rate: int, thresholds_dbfs: tuple[float, float] | None = None
 ) -> tuple[int, int] | None:
-    """First and last speech sample by the energy rule of ../shared/audio/README.md.
+    """First and last speech sample by the energy rule (the one the sample clips publish).
 
     low = max(peak - 35 dB, 10th percentile + 10 dB), high = max(peak - 20 dB, low); a run of
     frames at or above ``low`` lasting >= 30 ms that reaches ``high`` is speech. Used to place

@@ -66,8 +66,9 @@ class NoReplyFrame(SystemFrame):
 class SpeechLullFrame(SystemFrame):
     """The line has gone quiet inside a turn while the VAD still hears a voice.
 
-    Silero hears a voice for 80-250 ms after the last loud frame; recognition runs a pass
-    now, so that if this is the end of the turn its transcript is ready when the VAD pauses.
+    Silero goes on hearing a voice for a while after the last loud frame; recognition runs a
+    pass now, so that if this is the end of the turn its transcript is ready when the VAD
+    pauses.
     """
 
 

@@ -27,6 +27,7 @@ from pydantic_settings import (
 )
 
 from agent.errors import UserError
+from agent.timing.budget import default_budget_file
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -207,7 +208,10 @@ class Settings(BaseSettings):
         default_factory=_default_models_dir,
         validation_alias=AliasChoices("models_dir", "VOICE_AGENT_MODELS"),
     )
-    budget_file: Path = PROJECT_ROOT / "latency_budget.yaml"
+    budget_file: Path = Field(
+        default_factory=default_budget_file,
+        description="latency budget YAML (default: the one shipped in the package)",
+    )
     budget_profile: str | None = None
     sample_rate: int = Field(16000, description="pipeline audio rate (input and output)")
     asr: ASRSettings = ASRSettings()

@@ -1,6 +1,6 @@
 """Memory and concurrency of one ``voice-agent serve``: how many calls it holds within budget.
 
-Why: issue 8 asks what one 2-core machine holds. One server is started with the default
+Why: to know how many calls one 2-core machine holds. One server is started with the default
 settings (all default models loaded, one shared LLM engine) and measured from outside:
 
 - RSS with the models loaded and no call (median of a few samples after it settles);
@@ -11,7 +11,7 @@ settings (all default models loaded, one shared LLM engine) and measured from ou
   with one call fewer, voice-to-voice p50/p95 as the caller hears it (clip speech end as
   sent -> first bot audio received), turns completed, errors and lost calls;
 - "calls held within budget": the largest N such that every step up to N had its
-  voice-to-voice p95 within the budget (latency_budget.yaml, profile cpu by default) and no
+  voice-to-voice p95 within the budget (the default budget file, profile cpu) and no
   unanswered turn, failed dial or lost call (a timed-out turn would otherwise vanish from p95).
 
 Steps run in increasing N on the same server, so each step starts with what the allocator
@@ -138,7 +138,7 @@ def main() -> int:
     parser.add_argument("--callers", default="1,2,3,4", help="comma-separated N, increasing")
     parser.add_argument("--minutes", type=float, default=2.0, help="per step")
     parser.add_argument("--turns-per-call", type=int, default=3)
-    parser.add_argument("--profile", default="cpu", help="latency_budget.yaml profile")
+    parser.add_argument("--profile", default="cpu", help="budget profile")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_capacity.json")
     args = parser.parse_args()
     callers = [int(x) for x in args.callers.split(",")]

@@ -13,11 +13,11 @@ fi
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check "uv>=0.5,<1"
 
-# llama-cpp-python builds from source (about 8 minutes on 2 cores, then cached). Build it for
-# any x86-64 with AVX2 rather than for this exact CPU: a CPU that advertises AMX inside a VM
-# that does not enable it crashes a native build with "Illegal instruction".
-export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF}"
-.venv/bin/uv pip install --quiet --python .venv/bin/python -e ".[dev]"
+# llama-cpp-python has no binary wheel on the package index: the first set-up on a machine
+# builds one (about 9.5 minutes on 2 cores, for any x86-64 with AVX2 unless CMAKE_ARGS says
+# otherwise) and keeps it in ~/.cache/voice-agent/wheels; later checkouts install that wheel.
+WHEELS=$(.venv/bin/python scripts/llama_wheel.py)
+.venv/bin/uv pip install --quiet --python .venv/bin/python --find-links "$WHEELS" -e ".[dev]"
 
 .venv/bin/voice-agent models pull
 

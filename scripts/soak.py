@@ -23,7 +23,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from agent.audio import load_audio, speech_bounds
 from agent.live.caller import PhoneCaller
 from agent.live.process_memory import tree_rss_kib
+from agent.llm.llama_server import free_port
 from agent.timing.budget import rounded_percentile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -145,12 +145,6 @@ class Soak:
     async def run(self, pid: int | None) -> None:
         self.started = time.monotonic()
         await asyncio.gather(self.sample_rss(pid), *(self.caller(i) for i in range(self.callers)))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_server(calls_dir: Path) -> tuple[subprocess.Popen, str]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -21,16 +20,11 @@ from typing import Any, TypeVar
 
 from agent.live.call import Runtime
 from agent.live.server import CallServer, serve_calls
+from agent.llm.llama_server import free_port
 
 T = TypeVar("T")
 
 STARTUP_SECS = 300  # model loading on a busy 2-core machine
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

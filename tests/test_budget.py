@@ -3,8 +3,8 @@ from pathlib import Path
 import pytest
 
 from agent.errors import UserError
-from agent.settings import PROJECT_ROOT
-from agent.timing.budget import load_budget
+from agent.settings import Settings
+from agent.timing.budget import default_budget_file, load_budget
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -13,10 +13,11 @@ def write(tmp_path: Path, text: str) -> Path:
     return path
 
 
-def test_project_budget_loads_both_profiles():
-    cpu = load_budget(PROJECT_ROOT / "latency_budget.yaml")
+def test_packaged_budget_is_the_default_and_loads_both_profiles():
+    assert Settings().budget_file == default_budget_file()
+    cpu = load_budget(default_budget_file())
     assert cpu.name == "cpu" and cpu.stages["voice_to_voice"].p95 == 800
-    gpu = load_budget(PROJECT_ROOT / "latency_budget.yaml", "gpu")
+    gpu = load_budget(default_budget_file(), "gpu")
     assert gpu.stages["voice_to_voice"].p95 < cpu.stages["voice_to_voice"].p95
 
 

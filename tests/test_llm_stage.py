@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 
 import pytest
@@ -34,6 +33,7 @@ from agent.frames import (
 )
 from agent.llm.context import UserTurnAggregator
 from agent.llm.engines import InProcessLlama, OpenAIChatEngine
+from agent.llm.llama_server import free_port
 from agent.llm.prompt import prompt_messages
 from agent.llm.service import FALLBACK, StreamingLLM
 
@@ -70,9 +70,7 @@ async def test_answer_streams_tokens_and_reports_cached_prefix(inprocess, settin
 
 
 async def test_engine_down_speaks_a_fallback_and_records_the_error(settings):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # nothing listens here once closed
+    port = free_port()  # nothing listens here once closed
     engine = OpenAIChatEngine(f"http://127.0.0.1:{port}/v1", "none", settings.llm)
     llm = StreamingLLM(engine, settings.llm.model_copy(update={"keepalive_secs": 0}), CallClock())
     down, _ = await run_test(

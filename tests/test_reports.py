@@ -17,13 +17,12 @@ import soundfile as sf
 
 from agent.reports.clips import Clip, turn_clips
 from agent.reports.load import load_runs
-from agent.timing.budget import load_budget
+from agent.timing.budget import default_budget_file, load_budget
 from agent.timing.summary import stage_values, summarize
 from agent.timing.timeline import STAGE_NAMES, stages_and_gaps
 from tests.conftest import SAMPLES
 
 CLIPS = ["ldc93s1.wav", "new_home_in_the_stars.wav"]
-BUDGET_FILE = Path(__file__).resolve().parents[1] / "latency_budget.yaml"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
@@ -246,7 +245,7 @@ def test_profile_flag_picks_the_gpu_limits(run, tmp_path):
     done = voice_agent("report", run, "--profile", "gpu", "--out", tmp_path, "-f", "json")
     assert done.returncode == 0, done.stderr
     report = json.loads((tmp_path / "report.json").read_text())
-    gpu = load_budget(BUDGET_FILE, "gpu")
+    gpu = load_budget(default_budget_file(), "gpu")
     assert report["budget"]["profile"] == "gpu"
     assert report["violations"] == summarize(records(run), gpu)["violations"]
     assert report["budget"]["stages"]["voice_to_voice"] == {"p50": 350, "p95": 500}

@@ -240,8 +240,8 @@ class LiveCall:
         """Run the call until it is hung up; write its files; return its turn records."""
         rt = self.runtime
         self.dir.mkdir(parents=True, exist_ok=True)
-        # Off the event loop: loading a call's VAD and Smart Turn sessions takes ~80 ms,
-        # which would stall the audio of every other call in progress.
+        # Off the event loop: building a call's VAD and Smart Turn state would stall the
+        # audio of every other call in progress.
         pipeline = await asyncio.to_thread(
             build_pipeline, transport_in, transport_out, models=rt.models, engine=rt.engine,
             settings=self.settings, clock=self.clock,

@@ -65,12 +65,10 @@ def reset_peak_rss(pid: int) -> bool:
 def settle_heap() -> None:
     """glibc malloc settings for a long-running server (nothing where libc is not glibc).
 
-    Why: each call's threads (recognition, synthesis, VAD) got heap arenas of their own, and
-    after the first free of a large block glibc raises its mmap threshold, so later audio
-    buffers (megabytes a call) landed in those arenas and fragmented them: a 4-caller soak
-    grew 35 % from minute 2 to 10 and was still growing. Two arenas and a fixed 128 KiB
-    threshold (big buffers mmapped, so freed to the system at once) cut that to 16 %, with
-    RSS going down as well as up (scripts/soak.py). Call it before any thread starts.
+    Why: each call's threads would get heap arenas of their own, and glibc's rising mmap
+    threshold would put later audio buffers in them and fragment them; with two arenas and a
+    fixed threshold big buffers are mmapped and go back to the system at once
+    (docs/decisions.md, "Memory"). Call it before any thread starts.
     """
     try:
         libc = ctypes.CDLL("libc.so.6")
@@ -94,9 +92,7 @@ def collect_call_garbage() -> None:
     """A full garbage collection once a call has ended.
 
     Why: a call's pipeline is a web of reference cycles (each processor links to its
-    neighbours), so the audio buffers it held are freed only by a full collection, and
-    CPython runs one rarely: in the soak the server's RSS climbed about 70 MiB over five
-    minutes, then fell at once (scripts/soak.py). With the startup objects frozen it takes
-    3-16 ms on the event loop (4 callers, 2 cores), once per call.
+    neighbours), so the audio buffers it held are freed only by a full collection, which
+    CPython runs rarely (docs/decisions.md, "Memory").
     """
     gc.collect()

@@ -18,10 +18,11 @@ from agent.errors import UserError
 from agent.reports.compare import compare_pools, comparison_json, render_comparison
 from agent.reports.html import render_html
 from agent.reports.load import load_runs
-from agent.reports.markdown import ms, render_markdown
+from agent.reports.markdown import render_markdown
 from agent.reports.pooled import pooled_summary
 from agent.settings import load_settings
 from agent.timing.budget import Budget, load_budget
+from agent.timing.summary import verdict_lines
 
 reports_app = typer.Typer()
 
@@ -77,7 +78,7 @@ def report(
         list[Path], typer.Argument(help="Replay --out folders; several pool their turns.")
     ],
     budget: Annotated[
-        Path | None, typer.Option(help="Budget file (default latency_budget.yaml).")
+        Path | None, typer.Option(help="Budget file (default: the one shipped in the package).")
     ] = None,
     profile: Annotated[str | None, typer.Option(help="Budget profile (e.g. cpu, gpu).")] = None,
     check: Annotated[
@@ -103,14 +104,8 @@ def report(
     )
     for path in written:
         typer.echo(f"wrote {path}")
-    v2v = summary["stages"]["voice_to_voice"]
-    typer.echo(
-        f"voice-to-voice p50 {ms(v2v['p50'])} ms, p95 {ms(v2v['p95'])} ms over "
-        f"{summary['answered_turns']}/{summary['turns']} answered turns; "
-        f"budget '{the_budget.name}': {summary['verdict']}"
-    )
-    for line in summary["violations"]:
-        typer.echo(f"over budget: {line}")
+    for line in verdict_lines(summary):
+        typer.echo(line)
     if check and summary["violations"]:
         raise typer.Exit(1)
 

@@ -33,7 +33,7 @@ class Clip:
     def bot_silent_after(self, at_ms: float | None, floor: int = 300) -> bool:
         """True when first_audio_out is set but the bot channel stays silent from then on.
 
-        DESIGN.md says anyone can check voice_to_voice from call.wav alone; this is that check
+        voice_to_voice can be checked from call.wav alone (docs/design.md); this is that check
         for the start of the answer (floor: about -40 dBFS on int16).
         """
         if self.audio is None or at_ms is None:

@@ -114,7 +114,7 @@ def _note(change: StageChange) -> str:
 def compare_pools(
     base: Pool, new: Pool, tolerance_ms: float = 50.0, tolerance_pct: float = 10.0
 ) -> list[StageChange]:
-    """One StageChange per stage of DESIGN.md (percentiles from agent.timing, like the reports)."""
+    """One StageChange per timeline stage (percentiles from agent.timing, like the reports)."""
     base_values, new_values = stage_values(base.records), stage_values(new.records)
     changes = []
     for name in STAGE_ORDER:

@@ -1,4 +1,4 @@
-"""Reading replay runs (the replay contract of DESIGN.md) for reports.
+"""Reading replay runs (the record contract of docs/design.md) for reports.
 
 Several runs pool their turns; each turn keeps the run it came from, so that its audio can
 be cut from the right ``call.wav`` and its label says where it was measured.

@@ -5,13 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from agent.reports.pooled import STAGE_ORDER
+from agent.timing.summary import ms
 
 VERDICT_MARK = {"pass": "✅ pass", "fail": "❌ fail", "no budget": "–", "no data": "no data"}
-
-
-def ms(value: float | None) -> str:
-    """A duration in whole ms, or a dash when it did not happen."""
-    return "–" if value is None else f"{value:.0f}"
 
 
 def cell(text: str) -> str:
@@ -60,7 +56,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
             f"| {ms(stats['max'])} | {stats['n']} | not budgeted |"
         )
     lines.append("")
-    lines.append("All times in ms from the user's speech end (stage names as in DESIGN.md).")
+    lines.append("All times in ms from the user's speech end.")
     if summary["violations"]:
         lines += ["", "Over budget:", ""] + [f"- {v}" for v in summary["violations"]]
     lines += [

@@ -58,14 +58,10 @@ def load_voice(voice_path: Path, threads: int | None = None) -> PiperVoice:
     on a 2-core machine Piper's threads compete with llama.cpp decoding the rest of the
     answer while the first phrase is synthesised. None keeps onnxruntime's default.
 
-    Memory patterns are off: onnxruntime keeps one per input shape, and every phrase has
-    its own length, so a serving process grew without bound (scripts/soak.py: +126 % RSS in
-    10 minutes; synthesis alone 677 -> 1220 MiB over 9 rounds, flat at 520 MiB without).
-    Synthesis speed is the same either way (measured, 1 to 18 words).
-
-    Its threads do not spin while idle: spinning took the cores from llama.cpp decoding
-    beside it (and so back from Piper). Alone Piper is as fast either way (measured, 1 to
-    13 words); beside the LLM the first phrase is ready sooner (scripts/bench_tts.py).
+    Memory patterns are off: onnxruntime keeps one per input shape and every phrase has its
+    own length, so a serving process would grow without bound. Its threads do not spin while
+    idle, which would take the cores from llama.cpp decoding beside it. Figures:
+    docs/decisions.md, "Memory" and "Synthesis".
     """
     options = onnxruntime.SessionOptions()
     options.enable_mem_pattern = False
@@ -82,11 +78,8 @@ def load_voice(voice_path: Path, threads: int | None = None) -> PiperVoice:
 class ShrinkingSession:
     """An onnxruntime session whose every run hands its arena's spare memory back at the end.
 
-    Why: the arena grows to the largest demand of the runs in flight together (every call
-    synthesises on the one voice) and kept it: 4 threads synthesising side by side held
-    541 MiB, and the serving process climbed in steps of about 50 MiB whenever calls'
-    phrases coincided (scripts/soak.py). Shrinking after each run: 167-303 MiB, and no
-    slower (2 words 57-58 ms against 66, 15 words the same, measured alternately).
+    Why: the arena would otherwise keep the largest demand of the runs that were ever in
+    flight together (every call synthesises on the one voice); docs/decisions.md, "Memory".
     ``PiperVoice`` calls ``run(None, inputs)``; everything else goes to the session.
     """
 

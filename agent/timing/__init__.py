@@ -1,1 +1,1 @@
-"""Turn timeline, stage durations, budgets and summaries (names fixed by DESIGN.md)."""
+"""Turn timeline, stage durations, budgets and summaries (names fixed in docs/design.md)."""

@@ -1,7 +1,13 @@
-"""The latency budget (latency_budget.yaml): validated on load, checked per turn and per run."""
+"""The latency budget: validated on load, checked per turn and per run.
+
+The default budget ships inside the package (``agent/timing/latency_budget.yaml``), so an
+installed ``voice-agent`` has one; a file of your own (``--budget FILE``, ``budget_file`` in a
+config file or ``VOICE_AGENT_BUDGET_FILE``) replaces it.
+"""
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 from typing import Literal
 
@@ -134,13 +140,19 @@ def rounded_percentile(values: list[float], q: float) -> float | None:
     return round(percentile(values, q), 1) if values else None
 
 
+def default_budget_file() -> Path:
+    """The budget file shipped in this package: in a checkout, a link to the repo's
+    latency_budget.yaml (one file to edit), in a wheel a copy of it."""
+    return Path(str(resources.files(__package__).joinpath("latency_budget.yaml")))
+
+
 def load_budget(path: Path, profile: str | None = None) -> Budget:
     """Read one profile of a budget file; every problem becomes one clear UserError line."""
     where = f"budget file {path}"
     if not path.is_file():
-        raise UserError(f"{where} not found: pass --budget FILE or restore latency_budget.yaml")
+        raise UserError(f"{where} not found: pass --budget FILE, or leave it unset for the default")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise UserError(f"{where} is not valid YAML: {' '.join(str(exc).split())}") from None
     if not isinstance(data, dict) or not isinstance(data.get("profiles"), dict):

@@ -8,6 +8,11 @@ from agent.timing.budget import Budget, rounded_percentile
 from agent.timing.timeline import STAGE_NAMES
 
 
+def ms(value: float | None) -> str:
+    """A duration in whole ms, or a dash when it did not happen."""
+    return "–" if value is None else f"{value:.0f}"
+
+
 def stage_values(records: list[dict[str, Any]]) -> dict[str, list[float]]:
     """Each stage's measured values over the turns (stages that did not happen are skipped)."""
     values: dict[str, list[float]] = {name: [] for name in STAGE_NAMES}
@@ -45,3 +50,15 @@ def summarize(records: list[dict[str, Any]], budget: Budget) -> dict[str, Any]:
         "violations": violations,
         "verdict": "pass" if not violations else "fail",
     }
+
+
+def verdict_lines(summary: dict[str, Any]) -> list[str]:
+    """What a run's summary says to a person: voice-to-voice and the budget verdict, then one
+    ``over budget:`` line per violated limit."""
+    v2v = summary["stages"]["voice_to_voice"]
+    return [
+        f"voice-to-voice p50 {ms(v2v['p50'])} ms, p95 {ms(v2v['p95'])} ms over "
+        f"{summary['answered_turns']}/{summary['turns']} answered turns; "
+        f"budget '{summary['budget']['profile']}': {summary['verdict']}",
+        *(f"over budget: {line}" for line in summary["violations"]),
+    ]

@@ -1,4 +1,4 @@
-"""The turn timeline of DESIGN.md: event names, stage definitions and the gaps between them."""
+"""The turn timeline (docs/design.md): event names, stage definitions and the gaps between them."""
 
 from __future__ import annotations
 

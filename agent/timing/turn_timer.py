@@ -65,7 +65,7 @@ class Turn:
     end_value: float | None = None
 
     def record(self, budget: Budget | None) -> dict[str, Any]:
-        """The turn record of the replay contract (DESIGN.md)."""
+        """The turn record of the record contract (docs/design.md)."""
         stages, gaps, lead = stages_and_gaps(self.events)
         return {
             "turn": self.number,

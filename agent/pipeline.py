@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import numpy as np
+
 from pipecat.observers.base_observer import BaseObserver
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
@@ -31,8 +33,8 @@ from agent.llm.llama_server import LlamaServer
 from agent.llm.service import StreamingLLM
 from agent.llm.vllm_server import VllmServer
 from agent.recognition.streaming_stt import StreamingWhisperSTT
-from agent.recognition.turn_detector import TurnDetector, TurnModels
-from agent.recognition.whisper_decoder import WhisperDecoder
+from agent.recognition.turn_detector import SMART_TURN_MAX_SECS, TurnDetector, TurnModels
+from agent.recognition.whisper_decoder import RATE, WhisperDecoder
 from agent.settings import Settings
 from agent.synthesis.chunker import PhraseChunker
 from agent.synthesis.guard import PhraseGuard
@@ -63,8 +65,19 @@ class AgentModels:
             threads=settings.tts.threads,
             noise_w_scale=settings.tts.noise_w_scale,
         )
-        voice.synthesize("Ready.", settings.sample_rate)  # first ONNX run is slow: do it now
-        return cls(decoder=decoder, voice=voice, turn=TurnModels.load())
+        models = cls(decoder=decoder, voice=voice, turn=TurnModels.load())
+        models.warm_up(settings.sample_rate)
+        return models
+
+    def warm_up(self, rate: int) -> None:
+        """Run every model once at the sizes a call uses, before any call: a first run
+        allocates and picks kernels, and the first turn must not pay for that."""
+        self.voice.synthesize("Hello there, how can I help you today?", rate)
+        rng = np.random.default_rng(0)
+        for secs in (1.0, 4.0):  # an interim window and a whole short turn
+            hiss = rng.normal(0, 0.003, int(secs * RATE)).astype(np.float32)
+            self.decoder.transcribe(hiss, True)
+        self.turn.smart_turn._predict_endpoint(np.zeros(RATE * SMART_TURN_MAX_SECS, np.float32))
 
 
 @contextmanager

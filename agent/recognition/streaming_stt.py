@@ -52,6 +52,9 @@ from agent.recognition.whisper_decoder import RATE, Pass, WhisperDecoder
 from agent.settings import ASRSettings
 
 
+NOISE_MAX_SECS = 0.8  # a sound this short with no word in it is a hiss, a click or a breath
+
+
 class _RunningPass:
     """A pass over a snapshot: where its audio ends in the call's input, when it was ready."""
 
@@ -229,7 +232,9 @@ class StreamingWhisperSTT(FrameProcessor):
             return  # reported when the final pass is awaited
         if spec is self._speculation and self._utt is not None:
             text = self._utt.text(result)
-            self._heard_only_noise = not has_words(text)
+            # Only a short sound can be noise: a pass over real speech may come back empty.
+            short = self._utt.secs <= self._settings.pre_roll_ms / 1000 + NOISE_MAX_SECS
+            self._heard_only_noise = short and not has_words(text)
             await self.push_frame(PauseTranscriptFrame(text=text), FrameDirection.UPSTREAM)
             await self.push_frame(SpeculativeTranscriptFrame(text=text))  # the LLM may start
 

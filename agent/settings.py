@@ -126,7 +126,9 @@ class LLMSettings(BaseModel):
         description="a second OpenAI-compatible URL: answers go there when the engine fails",
     )
     fallback_model: str | None = Field(None, description="model id at fallback_url (default: same)")
-    api_key: str = "not-needed"
+    api_key: SecretStr = Field(
+        SecretStr("not-needed"), description="the OpenAI-compatible server's key (a secret)"
+    )
     threads: int = Field(2, ge=1)
     context_size: int = Field(2048, ge=256)
     max_tokens: int = Field(48, ge=1, description="spoken answers are short")

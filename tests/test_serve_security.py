@@ -265,16 +265,22 @@ async def test_phone_refuses_a_foreign_origin_with_or_without_the_cookie(server)
         assert await refused_status(phone_url(server), origin=origin) == 403
 
 
+async def brief_call(phone: PhoneCaller) -> PhoneCaller:
+    """Connect, check the call is up half a second later, hang up."""
+    caller = await open_caller_with(phone)
+    try:
+        await asyncio.sleep(0.5)
+        assert not caller.closed.is_set()
+        assert await caller.hang_up(30)
+    finally:
+        await caller.__aexit__(None, None, None)
+    return caller
+
+
 async def test_the_token_as_a_path_segment_or_a_stream_parameter(server):
     for phone in (PhoneCaller(server.url(f"/phone/{TOKEN}")),
                   PhoneCaller(server.url("/phone"), parameters={"token": TOKEN})):  # fmt: skip
-        caller = await open_caller_with(phone)
-        try:
-            await asyncio.sleep(0.5)
-            assert not caller.closed.is_set()
-            assert await caller.hang_up(30)
-        finally:
-            await caller.__aexit__(None, None, None)
+        caller = await brief_call(phone)
         folder, info = call_info(server, caller)
         assert info["end_reason"] == "the phone sent stop"
         assert TOKEN not in "".join(p.read_text(errors="ignore") for p in folder.iterdir())
@@ -289,13 +295,7 @@ def twilio_signature(url: str, auth_token: str = TWILIO) -> str:
 
 async def test_a_twilio_signed_upgrade_is_accepted_and_a_wrongly_signed_one_refused(server):
     good = {"X-Twilio-Signature": twilio_signature(PUBLIC + "/phone")}
-    caller = await open_caller_with(PhoneCaller(server.url("/phone"), headers=good))
-    try:
-        await asyncio.sleep(0.5)
-        assert not caller.closed.is_set()
-        assert await caller.hang_up(30)
-    finally:
-        await caller.__aexit__(None, None, None)
+    caller = await brief_call(PhoneCaller(server.url("/phone"), headers=good))
     assert call_info(server, caller)[1]["end_reason"] == "the phone sent stop"
     for wrong in (
         twilio_signature(PUBLIC + "/phone", "someone-elses-token"),

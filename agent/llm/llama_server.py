@@ -18,7 +18,13 @@ from typing import IO
 import httpx
 
 from agent.errors import UserError
-from agent.llm.local_server import auth_headers, last_log_line, new_api_key, open_log
+from agent.llm.local_server import (
+    auth_headers,
+    last_log_line,
+    new_api_key,
+    open_log,
+    terminate,
+)
 from agent.settings import LLMSettings
 
 STARTUP_TIMEOUT_SECS = 120
@@ -114,13 +120,8 @@ class LlamaServer:
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:  # else already gone: poll() reaped it
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        if proc is not None:
+            terminate(proc, timeout=10)
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None

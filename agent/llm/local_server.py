@@ -8,6 +8,7 @@ output goes to a file, never to a pipe nobody reads (a full pipe stops the serve
 from __future__ import annotations
 
 import secrets
+import subprocess
 import tempfile
 from pathlib import Path
 from typing import IO
@@ -28,6 +29,17 @@ def open_log(path: Path | None, prefix: str) -> tuple[Path, IO[str]]:
     else:
         path.parent.mkdir(parents=True, exist_ok=True)
     return path, path.open("w")
+
+
+def terminate(proc: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM, then SIGKILL if it is still there after ``timeout`` s; reaped either way."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def last_log_line(path: Path | None) -> str:

@@ -25,7 +25,13 @@ import httpx
 from agent import model_store
 from agent.errors import UserError
 from agent.llm.llama_server import free_port
-from agent.llm.local_server import auth_headers, last_log_line, new_api_key, open_log
+from agent.llm.local_server import (
+    auth_headers,
+    last_log_line,
+    new_api_key,
+    open_log,
+    terminate,
+)
 from agent.settings import LLMSettings
 
 # First start compiles the model with torch.compile (about 2.5 minutes on 2 cores, cached
@@ -212,13 +218,7 @@ class VllmServer:
         """SIGTERM (vLLM shuts its engine process down), then SIGKILL to the whole group."""
         proc, self._proc = self._proc, None
         if proc is not None:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            terminate(proc, timeout=30)
             try:  # its own process group: no engine worker outlives it
                 os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):

@@ -49,7 +49,8 @@ SEND_STALL_SECS = 5.0
 
 
 class NullRecorder(CallRecorder):
-    """A recorder that keeps nothing: calls that do not write call.wav use no memory for it."""
+    """A recorder that keeps nothing: for calls that write no call.wav (``--no-wav``, or a
+    disk under its free-space floor)."""
 
     def write_user(self, pos: int, pcm: bytes) -> None:
         pass

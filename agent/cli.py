@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 import yaml
+from loguru import logger
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 from rich.table import Table
@@ -32,6 +33,7 @@ from agent.errors import UserError
 from agent.evaluation.cli import register as register_eval
 from agent.live.cli import register as register_live
 from agent.llm.cli import llm_app
+from agent.redact import redact_text, redact_values
 from agent.reports.cli import reports_app
 from agent.timing.budget import load_budget
 
@@ -189,7 +191,7 @@ def _print_verdict(summary: dict[str, Any]) -> None:
 def show_config(config: ConfigOpt = None) -> None:
     """Print the effective settings (defaults < config file < environment < flags)."""
     settings = settings_from_flags(config)
-    data = json.loads(settings.model_dump_json())
+    data = redact_values(json.loads(settings.model_dump_json()))  # secrets are already masked
     out.print(yaml.safe_dump(data, sort_keys=False), end="", highlight=False)
 
 
@@ -256,6 +258,7 @@ def models_list(config: ConfigOpt = None) -> None:
 
 
 def main() -> None:
+    logger.configure(patcher=lambda record: record.update(message=redact_text(record["message"])))
     app()
 
 

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from agent.errors import UserError
+from agent.redact import redact_text
 from agent.settings import Settings, load_settings
 
 ConfigOpt = Annotated[
@@ -62,7 +63,7 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except UserError as exc:
-            typer.echo("error: " + " ".join(str(exc).split()), err=True)
+            typer.echo("error: " + " ".join(redact_text(str(exc)).split()), err=True)
             raise typer.Exit(2) from None
 
     return wrapper

@@ -15,7 +15,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
-
 from pipecat.observers.base_observer import BaseObserver
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
@@ -97,14 +96,16 @@ def llm_engine(settings: Settings) -> Iterator[ChatEngine]:
         return
     if s.engine == "vllm":  # vLLM's OpenAI server from .venv-vllm, on loopback
         with VllmServer(s, settings.models_dir) as vllm:
-            yield failover_engine(OpenAIChatEngine(vllm.base_url, vllm.served_name, s), s)
+            engine = OpenAIChatEngine(vllm.base_url, vllm.served_name, s, api_key=vllm.api_key)
+            yield failover_engine(engine, s)
         return
     gguf = model_store.resolve(s.model, "llm", settings.models_dir)
     if s.engine == "llama-inprocess":
         yield failover_engine(InProcessLlama(gguf, s), s)
         return
     with LlamaServer(gguf, s) as server:  # restarted by the failover policy if it dies
-        yield failover_engine(OpenAIChatEngine(server.base_url, gguf.stem, s), s, server=server)
+        engine = OpenAIChatEngine(server.base_url, gguf.stem, s, api_key=server.api_key)
+        yield failover_engine(engine, s, server=server)
 
 
 def build_pipeline(

@@ -15,6 +15,7 @@ import yaml
 from pydantic import (
     AliasChoices,
     BaseModel,
+    ByteSize,
     Field,
     SecretStr,
     ValidationError,
@@ -127,7 +128,9 @@ class LLMSettings(BaseModel):
         description="a second OpenAI-compatible URL: answers go there when the engine fails",
     )
     fallback_model: str | None = Field(None, description="model id at fallback_url (default: same)")
-    api_key: str = "not-needed"
+    api_key: SecretStr = Field(
+        SecretStr("not-needed"), description="the OpenAI-compatible server's key (a secret)"
+    )
     threads: int = Field(2, ge=1)
     context_size: int = Field(2048, ge=256)
     max_tokens: int = Field(48, ge=1, description="spoken answers are short")
@@ -243,6 +246,40 @@ class Settings(BaseSettings):
     serve_max_calls: int = Field(8, ge=1, description="calls served at once; more get HTTP 503")
     serve_max_call_secs: float = Field(
         1800.0, gt=0, description="a live call is ended (files written) after this long"
+    )
+    serve_max_calls_per_address: int = Field(
+        4,
+        ge=1,
+        description="calls at once from one client address (Twilio-signed calls "
+        "are not counted); more get HTTP 503",
+    )
+    serve_no_media_secs: float = Field(
+        5.0, gt=0, description="a live call whose client sends no audio this long is hung up"
+    )
+    serve_public_url: str | None = Field(
+        None,
+        description="the public base URL callers reach the server at (e.g. "
+        "wss://voice.example.com, the proxy's address): signs Twilio's requests, names the "
+        "page's origin; a token or a Twilio auth token is then required",
+    )
+    serve_twilio_auth_token: SecretStr | None = Field(
+        None,
+        description="your Twilio auth token: /phone upgrades signed with it "
+        "(X-Twilio-Signature over serve_public_url) need no serve token",
+    )
+    calls_max_bytes: ByteSize | None = Field(
+        ByteSize(5 * 1024**3), description="oldest call folders go once calls/ is larger"
+    )
+    calls_max_count: int | None = Field(
+        10000, ge=1, description="oldest call folders go past this many"
+    )
+    calls_max_age_days: float | None = Field(
+        30.0, gt=0, description="call folders older than this are removed"
+    )
+    calls_min_free_bytes: ByteSize = Field(
+        ByteSize(512 * 1024**2),
+        description="calls are not recorded (call.wav) with less "
+        "free disk space than this; the call still goes on",
     )
 
     def for_phone(self) -> Settings:

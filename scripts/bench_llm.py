@@ -136,7 +136,7 @@ def summary(rows: list[dict]) -> dict:
 
 async def concurrency(server: LlamaServer, gguf: Path, settings: Settings, n: int) -> dict:
     s = settings.llm.model_copy(update={"timeout_secs": 120.0})
-    engine = OpenAIChatEngine(server.base_url, gguf.stem, s)
+    engine = OpenAIChatEngine(server.base_url, gguf.stem, s, api_key=server.api_key)
 
     async def caller(k: int) -> list[dict]:
         history: list[dict] = []
@@ -240,10 +240,12 @@ def inprocess_stopped(engine: InProcessLlama) -> Callable[[], Awaitable[float]]:
     return stopped
 
 
-def server_stopped(base_url: str, model: str, settings: Settings) -> Callable[[], Awaitable[float]]:
+def server_stopped(
+    server: LlamaServer, model: str, settings: Settings
+) -> Callable[[], Awaitable[float]]:
     """llama.cpp's server exposes no counter, and serves one request at a time: a 1-token
     probe completes only once it stopped decoding (an upper bound: it includes the probe)."""
-    probe = OpenAIChatEngine(base_url, model, settings.llm)
+    probe = OpenAIChatEngine(server.base_url, model, settings.llm, api_key=server.api_key)
     ask = [{"role": "user", "content": "Hi"}]
 
     async def stopped() -> float:
@@ -256,7 +258,9 @@ def server_stopped(base_url: str, model: str, settings: Settings) -> Callable[[]
 async def vllm_arm(settings: Settings, turns: int, n_barge_ins: int) -> dict:
     """vLLM's CPU build, alone: the same conversation, then the barge-ins."""
     with VllmServer(settings.llm, settings.models_dir) as server:
-        engine: ChatEngine = OpenAIChatEngine(server.base_url, server.served_name, settings.llm)
+        engine: ChatEngine = OpenAIChatEngine(
+            server.base_url, server.served_name, settings.llm, api_key=server.api_key
+        )
         name = "vllm (pre-warm)"
         rows = (await conversation({name: engine}, settings, turns, prewarm={name}))[name]
 
@@ -299,9 +303,11 @@ async def main() -> None:
         engines: dict[str, ChatEngine] = {
             STREAMING: InProcessLlama(gguf, settings.llm),
             "llama-inprocess (pre-warm)": inproc,
-            "llama-server (pre-warm)": OpenAIChatEngine(server.base_url, gguf.stem, settings.llm),
+            "llama-server (pre-warm)": OpenAIChatEngine(
+                server.base_url, gguf.stem, settings.llm, api_key=server.api_key
+            ),
             "llama-server (no pre-warm)": OpenAIChatEngine(
-                cold_srv.base_url, gguf.stem, settings.llm
+                cold_srv.base_url, gguf.stem, settings.llm, api_key=cold_srv.api_key
             ),
         }
         results = await conversation(
@@ -316,7 +322,7 @@ async def main() -> None:
             ),
             "llama-server": await barge_ins(
                 engines["llama-server (pre-warm)"], settings, args.barge_ins,
-                server_stopped(server.base_url, gguf.stem, settings),
+                server_stopped(server, gguf.stem, settings),
             ),
         }  # fmt: skip
     if os.environ.get("VOICE_AGENT_TEST_VLLM") == "1":

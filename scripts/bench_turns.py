@@ -55,7 +55,9 @@ def warm_server(server: LlamaServer, system_prompt: str) -> None:
             {"role": "user", "content": "Hello."},
         ],
     }
-    httpx.post(f"{server.base_url}/chat/completions", json=body, timeout=120).raise_for_status()
+    headers = {"Authorization": f"Bearer {server.api_key}"}
+    httpx.post(f"{server.base_url}/chat/completions", json=body, headers=headers,
+               timeout=120).raise_for_status()  # fmt: skip
 
 
 def run_ours(
@@ -89,6 +91,7 @@ async def _stock_call(
         whisper_dir=model_store.resolve(settings.asr.model, "asr", settings.models_dir),
         piper_voice=model_store.resolve(settings.tts.voice, "tts", settings.models_dir),
         llm_base_url=server.base_url,
+        llm_api_key=server.api_key,
         llm_model=server.model_path.stem,
         system_prompt=settings.llm.system_prompt,
         max_tokens=settings.llm.max_tokens,

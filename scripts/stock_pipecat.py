@@ -32,6 +32,7 @@ def build_stock_pipeline(
     whisper_dir: Path,
     piper_voice: Path,
     llm_base_url: str,
+    llm_api_key: str,
     llm_model: str,
     system_prompt: str,
     max_tokens: int,
@@ -48,7 +49,7 @@ def build_stock_pipeline(
         settings=WhisperSTTService.Settings(model=str(whisper_dir)),
     )
     llm = OpenAILLMService(
-        api_key="not-needed",  # llama.cpp's server does not check it
+        api_key=llm_api_key,
         base_url=llm_base_url,
         settings=OpenAILLMService.Settings(
             model=llm_model, system_instruction=system_prompt, max_tokens=max_tokens

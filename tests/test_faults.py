@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from pydantic import SecretStr
 
 from agent.audio import load_audio
 from agent.live.call import Runtime
@@ -343,8 +344,10 @@ async def test_a_dead_primary_fails_over_to_the_fallback_url(settings):
     from agent import model_store
 
     gguf = model_store.resolve(s.model, "llm", settings.models_dir)
-    with LlamaServer(gguf, s) as primary, LlamaServer(gguf, s) as backup:
-        s = s.model_copy(update={"base_url": primary.base_url, "fallback_url": backup.base_url})
+    key = "one-key-for-both-servers"  # the fallback URL is called with llm.api_key
+    with LlamaServer(gguf, s, api_key=key) as primary, LlamaServer(gguf, s, api_key=key) as backup:
+        s = s.model_copy(update={"base_url": primary.base_url, "fallback_url": backup.base_url,
+                                 "api_key": SecretStr(key)})  # fmt: skip
         engine = failover_engine(OpenAIChatEngine(primary.base_url, gguf.stem, s), s)
         assert isinstance(engine, FailoverEngine) and engine.fallback is not None
         messages = [{"role": "user", "content": "Tell me about the stars."}]

@@ -103,12 +103,12 @@ def rss_kib() -> int:
 
 
 async def test_long_silence_makes_no_turn_and_memory_stays_flat(served):
-    """Silence, faster than real time (as fast as this machine's pipeline keeps up with).
+    """Silence, faster than real time (just under the 1.5x the server takes caller audio at).
 
     30 minutes of it would take too long here, so this proves the growth is bounded
     instead: over the second half of the silence the server grows by no more than the
-    call recording's own 64 KiB per second of call (bounded by serve_max_call_secs, and
-    nothing with --no-wav), plus allocator noise. Then a real question is still answered.
+    allocator noise (call.wav goes to disk as the call goes). Then a real question is still
+    answered.
     """
     payload = base64.b64encode(SILENCE).decode()
     async with PhoneCaller(served.url("/phone")) as phone:
@@ -127,7 +127,6 @@ async def test_long_silence_makes_no_turn_and_memory_stays_flat(served):
             await asyncio.sleep(SILENCE_BURST * 0.02 / SILENCE_SPEEDUP)
         assert halfway_rss is not None and halfway_at is not None
         grew = rss_kib() - halfway_rss
-        recording = 64 * (time.monotonic() - halfway_at)
         assert await answered(phone, clip("new_home_in_the_stars.wav"))
         await asyncio.sleep(1.0)
         assert await phone.hang_up(30)
@@ -135,7 +134,7 @@ async def test_long_silence_makes_no_turn_and_memory_stays_flat(served):
     assert len(records) == 1, [r["user_text"] for r in records]  # only the question
     assert records[0]["user_text"], records[0]
     assert not any("backlog" in line for line in served.lines), "the pipeline fell behind"
-    assert grew < recording + 8 * 1024, f"{grew} KiB more over {frames * 0.02 / 2:.0f} s"
+    assert grew < 8 * 1024, f"{grew} KiB more over {frames * 0.02 / 2:.0f} s"
 
 
 async def test_a_minute_of_continuous_speech(served):
@@ -178,6 +177,6 @@ async def test_harmless_turn_then_the_call_goes_on(served, kind):
     assert info["end_reason"] == "the phone sent stop"
 
 
-SILENCE_SPEEDUP = 3.0
+SILENCE_SPEEDUP = 1.4
 SILENCE_WALL_SECS = 20.0
 SILENCE_BURST = 25

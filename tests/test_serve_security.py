@@ -1,5 +1,6 @@
-"""``voice-agent serve`` hardening against a real server on loopback: token (401), origin
-(403), concurrent calls (503), message size (1009, that connection only), call length.
+"""``voice-agent serve`` hardening against a real server on loopback: token (401) in each of
+its places, origin (403, on /phone too), Twilio-signed upgrades, concurrent calls (503),
+message size (1009, that connection only), call length.
 
 One server for the module, started with short limits so every test stays bounded.
 """
@@ -7,6 +8,9 @@ One server for the module, started with short limits so every test stays bounded
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
+import hmac
 import http.client
 import json
 import os
@@ -31,18 +35,21 @@ TOKEN = "test-token-0123456789abcdef"
 MAX_CALLS = 2
 MAX_CALL_SECS = 15
 ALLOWED = "http://allowed.example:8080"
+TWILIO = "twilio-auth-token-for-tests"
+PUBLIC = "wss://voice.example.test"
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[Server]:
     """The server, token from the environment (as in production), limits from flags."""
     calls_dir = tmp_path_factory.mktemp("calls")
-    env = {**os.environ, "VOICE_AGENT_SERVE_TOKEN": TOKEN}
+    env = {**os.environ, "VOICE_AGENT_SERVE_TOKEN": TOKEN, "VOICE_AGENT_SERVE_PUBLIC_URL": PUBLIC,
+           "VOICE_AGENT_SERVE_TWILIO_AUTH_TOKEN": TWILIO}  # fmt: skip
     limits = ["--max-calls", str(MAX_CALLS), "--max-call-secs", str(MAX_CALL_SECS)]
     with serving(calls_dir, *limits, "--allowed-origin", ALLOWED, env=env) as running:
         yield running
     log = "\n".join(running.stdout + running.stderr)
-    assert TOKEN not in log, "the token was logged"
+    assert TOKEN not in log and TWILIO not in log, "a secret was logged"
     assert "Traceback" not in log and "call failed" not in log, log[-2000:]
 
 
@@ -85,10 +92,14 @@ async def connect_when_free(url: str, timeout: float = 20.0):
 
 async def open_caller(url: str, timeout: float = 20.0) -> PhoneCaller:
     """A connected phone, retrying while the slots of earlier tests' calls are being freed."""
+    return await open_caller_with(PhoneCaller(url), timeout)
+
+
+async def open_caller_with(phone: PhoneCaller, timeout: float = 20.0) -> PhoneCaller:
+    """``phone`` connected, retrying while the slots of earlier tests' calls are freed."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
-        phone = PhoneCaller(url)
         try:
             return await phone.__aenter__()
         except InvalidStatus as exc:
@@ -123,7 +134,6 @@ def test_refuses_a_public_address_without_a_token(tmp_path):
 
 
 async def test_token_is_required_and_checked(server):
-    assert await refused_status(phone_url(server, None)) == 401
     assert await refused_status(phone_url(server, "wrong-" + TOKEN)) == 401
     assert await refused_status(phone_url(server, TOKEN[:-1])) == 401
     bearer = {"Authorization": "Bearer nope"}
@@ -139,6 +149,13 @@ async def test_token_is_required_and_checked(server):
     cookie = response.getheader("Set-Cookie", "")
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
     conn.close()
+    # Without a token in the request, /phone wants it as the stream's parameter: the call
+    # is refused at the start message.
+    async with await connect_when_free(phone_url(server, None)) as ws:
+        await ws.send(json.dumps(start_message("MZ" + "0" * 32, {"token": "wrong"})))
+        with pytest.raises(ConnectionClosed):
+            await asyncio.wait_for(ws.recv(), 15)
+        assert ws.close_code == 1008
     # A refused handshake creates no call.
     assert not server.calls("phone") and not server.calls("browser")
 
@@ -231,6 +248,62 @@ async def test_a_call_ends_at_its_time_limit_with_its_files(server):
     assert records and records[0]["voice_to_voice_ms"] > 0
     assert (folder / "summary.json").exists() and (folder / "call.wav").exists()
     assert np.isfinite(info["duration_s"])
+
+
+def start_message(sid: str, parameters: dict | None = None) -> dict:
+    fmt = {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}
+    return {"event": "start", "streamSid": sid, "start": {
+        "streamSid": sid, "mediaFormat": fmt, "customParameters": parameters or {}}}  # fmt: skip
+
+
+async def test_phone_refuses_a_foreign_origin_with_or_without_the_cookie(server):
+    cookie = {"Cookie": f"voice_agent_token={TOKEN}"}
+    for origin in ("http://evil.example", f"http://evil.example:{server.port}"):
+        assert await refused_status(server.url("/phone"), origin=origin) == 403
+        assert await refused_status(server.url("/phone"), origin=origin,
+                                    additional_headers=cookie) == 403  # fmt: skip
+        assert await refused_status(phone_url(server), origin=origin) == 403
+
+
+async def brief_call(phone: PhoneCaller) -> PhoneCaller:
+    """Connect, check the call is up half a second later, hang up."""
+    caller = await open_caller_with(phone)
+    try:
+        await asyncio.sleep(0.5)
+        assert not caller.closed.is_set()
+        assert await caller.hang_up(30)
+    finally:
+        await caller.__aexit__(None, None, None)
+    return caller
+
+
+async def test_the_token_as_a_path_segment_or_a_stream_parameter(server):
+    for phone in (PhoneCaller(server.url(f"/phone/{TOKEN}")),
+                  PhoneCaller(server.url("/phone"), parameters={"token": TOKEN})):  # fmt: skip
+        caller = await brief_call(phone)
+        folder, info = call_info(server, caller)
+        assert info["end_reason"] == "the phone sent stop"
+        assert TOKEN not in "".join(p.read_text(errors="ignore") for p in folder.iterdir())
+
+
+def twilio_signature(url: str, auth_token: str = TWILIO) -> str:
+    """Twilio's published algorithm: base64 HMAC-SHA1 of the full URL (no POST parameters
+    on a websocket upgrade), keyed with the account's auth token."""
+    digest = hmac.new(auth_token.encode("utf-8"), url.encode("utf-8"), hashlib.sha1).digest()
+    return base64.b64encode(digest).decode("ascii")
+
+
+async def test_a_twilio_signed_upgrade_is_accepted_and_a_wrongly_signed_one_refused(server):
+    good = {"X-Twilio-Signature": twilio_signature(PUBLIC + "/phone")}
+    caller = await brief_call(PhoneCaller(server.url("/phone"), headers=good))
+    assert call_info(server, caller)[1]["end_reason"] == "the phone sent stop"
+    for wrong in (
+        twilio_signature(PUBLIC + "/phone", "someone-elses-token"),
+        twilio_signature("wss://other.example/phone"),
+        "bm90IGEgc2lnbmF0dXJl",
+    ):
+        headers = {"X-Twilio-Signature": wrong}
+        assert await refused_status(server.url("/phone"), additional_headers=headers) == 403
 
 
 def test_client_text_is_clipped_in_the_log(server):

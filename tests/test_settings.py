@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 
@@ -75,3 +76,19 @@ def test_config_command_prints_effective_settings_and_rejects_bad_env(tmp_path):
     )
     assert bad.returncode == 2
     assert "llm.max_tokens" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_config_prints_no_secret(tmp_path):
+    """The API key and a URL's password are secrets: `voice-agent config` masks them."""
+    env = {**os.environ, "VOICE_AGENT_LLM__API_KEY": "sk-x",
+           "VOICE_AGENT_LLM__BASE_URL": "https://bob:hunter2-pw@llm.example/v1",
+           "VOICE_AGENT_SERVE_TWILIO_AUTH_TOKEN": "twilio-secret-tok"}  # fmt: skip
+    env.pop("VOICE_AGENT_CONFIG", None)
+    done = subprocess.run([sys.executable, "-m", "agent.cli", "config"], capture_output=True,
+                          text=True, env=env, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    shown = yaml.safe_load(done.stdout)
+    assert shown["llm"]["api_key"] == "**********"
+    assert shown["llm"]["base_url"] == "https://bob:**********@llm.example/v1"
+    for secret in ("sk-x", "hunter2-pw", "twilio-secret-tok"):
+        assert secret not in done.stdout + done.stderr

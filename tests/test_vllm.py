@@ -126,7 +126,7 @@ def vllm(settings, tmp_path_factory) -> VllmServer:
 
 @pytest.fixture
 def engine(vllm, settings) -> OpenAIChatEngine:
-    return OpenAIChatEngine(vllm.base_url, vllm.served_name, settings.llm)
+    return OpenAIChatEngine(vllm.base_url, vllm.served_name, settings.llm, api_key=vllm.api_key)
 
 
 async def collect(engine: OpenAIChatEngine, messages: list[dict]) -> tuple[list[str], Usage]:
@@ -168,7 +168,7 @@ async def test_a_closed_stream_stops_decoding(vllm, settings):
     ``ignore_eos`` and a large ``max_tokens``: left alone it would decode 1500 tokens.
     The stream is left the way OpenAIChatEngine leaves it on an interruption.
     """
-    client = openai.AsyncOpenAI(base_url=vllm.base_url, api_key="x", max_retries=0)
+    client = openai.AsyncOpenAI(base_url=vllm.base_url, api_key=vllm.api_key, max_retries=0)
     before = generated_total(vllm)
     stream = await client.chat.completions.create(
         model=vllm.served_name,

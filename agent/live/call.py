@@ -199,11 +199,15 @@ class LiveCall:
         self.settings = runtime.settings.for_phone() if kind == "phone" else runtime.settings
         self.max_secs = max_secs  # a call left open forever would hold its pipeline forever
         self.kind = kind
-        self.id = secrets.token_hex(3)
+        self.id = secrets.token_hex(8)  # 64 bits: not guessable, never reused
         self.dir = calls_dir / f"{time.strftime('%Y%m%d-%H%M%S')}-{kind}-{self.id}"
+        calls_dir.mkdir(parents=True, exist_ok=True)
+        self.dir.mkdir()  # exclusive: a call never writes into a folder it did not make
         rate = runtime.settings.sample_rate
         self.clock = CallClock()
-        self.recorder: CallRecorder = CallRecorder(rate) if record_wav else NullRecorder(rate)
+        self.recorder: CallRecorder = (
+            CallRecorder(rate, self.dir / "call.wav.part") if record_wav else NullRecorder(rate)
+        )
         self.info: dict[str, Any] = {
             "id": self.id, "kind": kind, "smart_turn_lean": self.settings.turn.smart_turn_lean,
         }  # fmt: skip
@@ -213,6 +217,7 @@ class LiveCall:
         self._hang_up = asyncio.Event()
         self._end_reason = "the pipeline ended"
         self._timer: TurnTimer | None = None
+        self._input: LiveInput | None = None
         self._started = time.time()
         self._report_every = runtime.settings.report_every_turns
         self._reported = 0  # turns covered by the last rolling summary
@@ -239,7 +244,7 @@ class LiveCall:
     async def run(self, transport_in: LiveInput, transport_out: LiveOutput) -> list[dict]:
         """Run the call until it is hung up; write its files; return its turn records."""
         rt = self.runtime
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self._input = transport_in
         # Off the event loop: building a call's VAD and Smart Turn state would stall the
         # audio of every other call in progress.
         pipeline = await asyncio.to_thread(
@@ -317,6 +322,8 @@ class LiveCall:
             turns=len(records),
             barge_in_ms=[r["barge_in_ms"] for r in records if r["barge_in_ms"] is not None],
         )
+        if self._input is not None:
+            self.info.update(self._input.stats())
         if self._details is not None:
             self.info.update(self._details())
         (self.dir / "call.json").write_text(json.dumps(self.info, indent=2) + "\n")

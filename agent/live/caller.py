@@ -9,6 +9,8 @@ caller's side of the socket. Marks are echoed once the audio before them has "pl
 
 ``reading=False`` makes a phone that never reads what the server sends (a tiny socket
 receive buffer, no reader): the server's backpressure handling is tested with it.
+``headers`` go with the websocket upgrade (``X-Twilio-Signature``), ``parameters`` are the
+stream's ``customParameters`` (a TwiML ``<Parameter>``, such as the server's ``token``).
 """
 
 from __future__ import annotations
@@ -61,9 +63,18 @@ class Reply:
 class PhoneCaller:
     """One simulated call to a ``/phone`` websocket."""
 
-    def __init__(self, url: str, *, reading: bool = True) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        reading: bool = True,
+        headers: dict[str, str] | None = None,
+        parameters: dict[str, str] | None = None,
+    ) -> None:
         self.url = url
         self.reading = reading
+        self.headers = headers or {}
+        self.parameters = parameters or {}
         self.stream_sid = "MZ" + secrets.token_hex(16)
         self.replies: list[Reply] = []
         self.closed = asyncio.Event()
@@ -76,13 +87,14 @@ class PhoneCaller:
 
     async def __aenter__(self) -> PhoneCaller:
         if self.reading:
-            self._ws = await connect(self.url, max_size=1 << 20)
+            self._ws = await connect(self.url, max_size=1 << 20, additional_headers=self.headers)
         else:
             parts = urlsplit(self.url)
             sock = socket.socket()
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             sock.connect((parts.hostname, parts.port))
-            self._ws = await connect(self.url, sock=sock, max_queue=1, max_size=1 << 20)
+            self._ws = await connect(self.url, sock=sock, max_queue=1, max_size=1 << 20,
+                                     additional_headers=self.headers)  # fmt: skip
         await self.send({"event": "connected", "protocol": "Call", "version": "1.0.0"})
         start = {
             "streamSid": self.stream_sid,
@@ -90,7 +102,7 @@ class PhoneCaller:
             "accountSid": "AC" + secrets.token_hex(16),
             "tracks": ["inbound"],
             "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": PHONE_RATE, "channels": 1},
-            "customParameters": {},
+            "customParameters": self.parameters,
         }
         await self.send({"event": "start", "sequenceNumber": "1", "start": start,
                          "streamSid": self.stream_sid})  # fmt: skip

@@ -23,6 +23,7 @@ from agent.errors import UserError
 
 if TYPE_CHECKING:
     from agent.live.call import Runtime
+    from agent.live.retention import Retention
     from agent.settings import Settings
 
 CallsDirOpt = Annotated[
@@ -49,6 +50,18 @@ def _runtime(settings: Settings) -> Iterator[Runtime]:
     models = AgentModels.load(settings)
     with llm_engine(settings) as engine:
         yield Runtime(settings=settings, models=models, engine=engine, budget=budget)
+
+
+def retention(settings: Settings) -> Retention:
+    """The ``calls_*`` settings as the limits ``serve`` keeps ``calls/`` within."""
+    from agent.live.retention import Retention
+
+    days = settings.calls_max_age_days
+    return Retention(
+        max_bytes=settings.calls_max_bytes, max_count=settings.calls_max_count,
+        max_age_secs=None if days is None else days * 86400,
+        min_free_bytes=settings.calls_min_free_bytes,
+    )  # fmt: skip
 
 
 def _check_port_free(host: str, port: int) -> None:
@@ -109,14 +122,21 @@ def serve(
         serve_max_calls=max_calls, serve_max_call_secs=max_call_secs,
     )  # fmt: skip
     secret = settings.serve_token.get_secret_value() if settings.serve_token else None
-    check_serve_security(host, secret)  # before minutes of model loading
+    twilio = settings.serve_twilio_auth_token
+    check_serve_security(host, secret, public_url=settings.serve_public_url,
+                         twilio=twilio is not None)  # before minutes of model loading  # fmt: skip
     _check_port_free(host, port)
     with _runtime(settings) as runtime:
         freeze_startup_objects()  # the models are loaded: each call's end collects the call only
         server = CallServer(
             runtime, calls_dir, record_wav=wav, say=lambda line: typer.echo(line),
             token=secret, allowed_origins=settings.serve_allowed_origins,
-            max_calls=settings.serve_max_calls, max_call_secs=settings.serve_max_call_secs,
+            public_url=settings.serve_public_url,
+            twilio_auth_token=twilio.get_secret_value() if twilio else None,
+            max_calls=settings.serve_max_calls,
+            max_calls_per_address=settings.serve_max_calls_per_address,
+            max_call_secs=settings.serve_max_call_secs,
+            no_media_secs=settings.serve_no_media_secs, retention=retention(settings),
         )  # fmt: skip
         asyncio.run(serve_calls(server, host, port))
 

@@ -2,7 +2,8 @@
 
 ``LiveInput`` takes caller audio from whatever delivers it (a websocket handler, a sound
 card thread), cuts it into 20 ms frames and pushes them into the pipeline from its own task,
-recording each frame on the call's timeline.
+recording each frame on the call's timeline. Audio faster than real time (a client pushing
+minutes of it in seconds) is dropped at the door (``limits.RealTimeGate``).
 
 ``LiveOutput`` is the replay transport's simulated speaker (same pacing, same timeline events,
 same recording) with a listener attached: each chunk is also delivered to the caller, and a
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
 
 from loguru import logger
 from pipecat.frames.frames import (
@@ -35,6 +38,7 @@ from pipecat.frames.frames import (
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from agent.clock import CallClock, CallRecorder
+from agent.live.limits import RealTimeGate
 from agent.transports.replay import FRAME_MS, SimulatedSpeakerOutput
 
 JITTER_MS = 120  # arrival jitter absorbed before the user track re-syncs to the clock
@@ -45,7 +49,8 @@ SEND_STALL_SECS = 5.0
 
 
 class NullRecorder(CallRecorder):
-    """A recorder that keeps nothing: calls that do not write call.wav use no memory for it."""
+    """A recorder that keeps nothing: for calls that write no call.wav (``--no-wav``, or a
+    disk under its free-space floor)."""
 
     def write_user(self, pos: int, pcm: bytes) -> None:
         pass
@@ -54,6 +59,9 @@ class NullRecorder(CallRecorder):
         pass
 
     def cut_bot(self, pos: int) -> None:
+        pass
+
+    def save(self, path: Path) -> None:
         pass
 
 
@@ -68,6 +76,7 @@ class LiveInput(FrameProcessor):
         self._frame_bytes = rate * FRAME_MS // 1000 * 2
         self._pending = bytearray()
         self._frames: asyncio.Queue[bytes] = asyncio.Queue()
+        self._gate = RealTimeGate(rate)
         self._max_frames = int(MAX_BACKLOG_SECS * 1000 / FRAME_MS)
         self._dropped = 0
         self._cursor: int | None = None  # next sample position on the user track
@@ -78,6 +87,15 @@ class LiveInput(FrameProcessor):
 
     def feed(self, pcm: bytes) -> None:
         """Take caller audio (on the event loop; never blocks)."""
+        if self.admit(len(pcm) // 2):
+            self.enqueue(pcm)
+
+    def admit(self, samples: int) -> bool:
+        """Whether this many samples may come now (a transport asks before decoding them)."""
+        return self._gate.admit(samples)
+
+    def enqueue(self, pcm: bytes) -> None:
+        """Take admitted caller audio."""
         self._pending += pcm
         while len(self._pending) >= self._frame_bytes:
             frame = bytes(self._pending[: self._frame_bytes])
@@ -89,6 +107,11 @@ class LiveInput(FrameProcessor):
                     logger.warning("caller audio backlog over {} s: dropping old frames",
                                    MAX_BACKLOG_SECS)  # fmt: skip
             self._frames.put_nowait(frame)
+
+    def stats(self) -> dict[str, Any]:
+        """How much caller audio was taken and dropped as too fast, for call.json."""
+        return {"audio_in_secs": self._gate.admitted_secs,
+                "audio_dropped_secs": self._gate.dropped_secs}  # fmt: skip
 
     def feed_threadsafe(self, pcm: bytes) -> None:
         """Take caller audio from another thread (a sound card callback)."""

@@ -8,38 +8,52 @@ close every connection, so every call writes its files). A client's bad messages
 warning line each, a broken protocol ends that call only: nothing a client sends takes the
 server down.
 
-Hardening (issue 9): a shared-secret token, when set, is checked on every request before
-anything else (``?token=``, ``Authorization: Bearer`` or the cookie the page gets) and is
-required off loopback; ``/browser`` only accepts the server's own origin and the configured
-ones; at most ``max_calls`` connections are served at once (the next one gets HTTP 503); a
-call lasts at most ``max_call_secs``; a message over ``MAX_MESSAGE_BYTES`` closes its own
-connection. Refusals happen in ``process_request``, before any model work. No file path is
+Hardening (issues 9 and 24): who may connect is decided in ``process_request``, before any
+model work (``agent.live.access``: token, Twilio signature, Origin, Host); at most
+``max_calls`` connections, pending handshakes included, and ``max_calls_per_address`` from
+one address are served at once (the next gets HTTP 503); a call with no audio for
+``no_media_secs`` is hung up, and one lasts at most ``max_call_secs``; a message over
+``MAX_MESSAGE_BYTES`` closes its own connection; caller audio faster than real time is
+dropped; each call's warning lines and the server's refusal lines are rate-limited.
+``calls/`` is kept within its retention limits (``agent.live.retention``). No file path is
 taken from a client (a call's folder is a timestamp and a random id), and client text is
-clipped in log lines.
+clipped in log lines. The page is sent with a Content-Security-Policy.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
-import ipaddress
 import signal
 import socket
+import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from importlib import resources
 from pathlib import Path
-from urllib.parse import parse_qs, quote, unquote, urlsplit
+from urllib.parse import quote
 
 from loguru import logger
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
+from agent.csp import content_security_policy
 from agent.errors import UserError
+from agent.live.access import (
+    BROWSER,
+    PAGE,
+    PHONE,
+    TOKEN_COOKIE,
+    AccessPolicy,
+    Decision,
+    is_loopback,
+)
 from agent.live.call import LiveCall, Runtime
 from agent.live.io import LiveInput, LiveOutput
+from agent.live.limits import WarningLimiter
 from agent.live.process_memory import collect_call_garbage
+from agent.live.retention import Retention, prune_calls, room_to_record
 from agent.transports.browser import BrowserInput, BrowserOutput, EventSender, parse_control
 from agent.transports.phone import (
     PhoneInput,
@@ -52,7 +66,9 @@ from agent.transports.phone import (
     read_start,
 )
 
-START_TIMEOUT_SECS = 10.0
+# Twilio sends ``connected`` and ``start`` at once: a connection that says nothing this long
+# is not a phone, and must not hold a slot.
+START_TIMEOUT_SECS = 5.0
 # Twilio media messages are ~0.4 KiB and the page's audio messages ~0.6 KiB: 64 KiB leaves
 # room and keeps what one client can make the server buffer small.
 MAX_MESSAGE_BYTES = 64 * 1024
@@ -63,8 +79,7 @@ MAX_MESSAGE_BYTES = 64 * 1024
 WRITE_LIMIT_BYTES = 16 * 1024
 SOCKET_SEND_BUFFER_BYTES = 16 * 1024
 MIN_TOKEN_CHARS = 16
-TOKEN_COOKIE = "voice_agent_token"
-WS_PATHS = ("/phone", "/browser")
+SECURITY_HEADERS = {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
 
 # A message handler returns a reason to hang up, or None to go on.
 MessageHandler = Callable[[str | bytes], str | None]
@@ -75,18 +90,19 @@ def page() -> bytes:
     return (resources.files("agent") / "web" / "index.html").read_bytes()
 
 
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` only accepts connections from this machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a name: it may resolve to anything
+def page_policy(html: str) -> str:
+    """The page's CSP: its own script (and the audio worklet it makes from a blob), its own
+    style, websockets to its own server, and no framing."""
+    return content_security_policy(
+        html, script_src="blob:", connect_src="'self'", frame_ancestors="'none'"
+    )
 
 
-def check_serve_security(host: str, token: str | None) -> None:
-    """Refuse (one line) to serve off loopback without a token, or with a guessable one."""
+def check_serve_security(
+    host: str, token: str | None, *, public_url: str | None = None, twilio: bool = False
+) -> None:
+    """Refuse (one line) to serve without a token where strangers can reach the server, or
+    with a guessable one."""
     if token is not None and len(token) < MIN_TOKEN_CHARS:
         raise UserError(
             f"the serve token is too short ({len(token)} chars): use at least "
@@ -97,10 +113,32 @@ def check_serve_security(host: str, token: str | None) -> None:
             f"refusing to serve on {host} without a token: set VOICE_AGENT_SERVE_TOKEN "
             "(or --token), or serve on 127.0.0.1"
         )
+    if token is None and public_url and not twilio:
+        raise UserError(
+            "refusing to serve at a public URL (serve_public_url) without a token: set "
+            "VOICE_AGENT_SERVE_TOKEN or VOICE_AGENT_SERVE_TWILIO_AUTH_TOKEN"
+        )
+
+
+class MediaWatch:
+    """Hangs a call up when its client has sent no audio for ``secs``: a client that
+    connects and then says nothing must not hold a slot until the call's time limit."""
+
+    def __init__(self, secs: float) -> None:
+        self.secs = secs
+        self._last = time.monotonic()
+
+    def heard(self) -> None:
+        self._last = time.monotonic()
+
+    async def watch(self, call: LiveCall) -> None:
+        while (left := self._last + self.secs - time.monotonic()) > 0:
+            await asyncio.sleep(left)
+        call.hang_up(f"no audio from the client for {self.secs:g} s")
 
 
 class CallServer:
-    """Routes each connection to a new call and keeps count of the calls in progress."""
+    """Routes each connection to a new call and keeps count of the connections served."""
 
     def __init__(
         self,
@@ -111,8 +149,13 @@ class CallServer:
         say: Callable[[str], None] = print,
         token: str | None = None,
         allowed_origins: list[str] | None = None,
+        public_url: str | None = None,
+        twilio_auth_token: str | None = None,
         max_calls: int = 8,
+        max_calls_per_address: int | None = None,
         max_call_secs: float | None = None,
+        no_media_secs: float = 5.0,
+        retention: Retention | None = None,
     ) -> None:
         self.runtime = runtime
         self.calls_dir = calls_dir
@@ -120,181 +163,187 @@ class CallServer:
         self.say = say
         self.calls: dict[str, LiveCall] = {}
         self.max_calls = max_calls
+        self.max_calls_per_address = max_calls_per_address or max_calls
         self.max_call_secs = max_call_secs
-        self._token = token.encode() if token else None
-        self._extra_origins = {o.rstrip("/") for o in allowed_origins or ()}
-        self._own_origins: set[str] = set()
-        self._connections = 0  # websocket connections being served (calls and pending ones)
+        self.no_media_secs = no_media_secs
+        self.retention = retention or Retention()
+        self.access = AccessPolicy(
+            token=token, allowed_origins=allowed_origins, public_url=public_url,
+            twilio_auth_token=twilio_auth_token,
+        )  # fmt: skip
+        # Every websocket connection from its accepted request until its socket closes,
+        # handshakes included, with the address it counts against (None: Twilio-signed).
+        self._open: dict[ServerConnection, str | None] = {}
+        self._decisions: dict[ServerConnection, Decision] = {}
+        self._warn = WarningLimiter()
         self._page = page()
+        self._page_policy = page_policy(self._page.decode())
+
+    @property
+    def _connections(self) -> int:
+        return len(self._open)
 
     def bound(self, host: str, port: int) -> None:
         """Learn the address actually listened on: the server's own origins follow from it."""
-        names = {host}
-        if is_loopback(host):
-            names |= {"127.0.0.1", "localhost", "[::1]"}
-        self._own_origins = {f"http://{name}:{port}" for name in names}
-
-    # -- checks ----------------------------------------------------------------------------
-
-    def _presented_token(self, request: Request) -> str | None:
-        auth = request.headers.get("Authorization", "")
-        if auth[:7].lower() == "bearer ":
-            return auth[7:].strip()
-        query = parse_qs(urlsplit(request.path).query).get("token")
-        if query:
-            return query[0]
-        for part in request.headers.get("Cookie", "").split(";"):
-            name, _, value = part.strip().partition("=")
-            if name == TOKEN_COOKIE:
-                return unquote(value)
-        return None
-
-    def _authorized(self, request: Request) -> bool:
-        """Constant-time comparison, so the token cannot be guessed a byte at a time."""
-        if self._token is None:
-            return True
-        given = self._presented_token(request)
-        if given is None:
-            return False
-        return hmac.compare_digest(given.encode("utf-8", "replace"), self._token)
-
-    def _origin_allowed(self, request: Request) -> bool:
-        """Browsers always send Origin on a websocket: another site's page must not call in.
-
-        A request without Origin is not from a browser page (and could forge one anyway).
-        With a token set, the page's own address (Host) is accepted too: a DNS-rebinding
-        page cannot present the token, so it gets 401 first.
-        """
-        origin = request.headers.get("Origin")
-        if origin is None:
-            return True
-        allowed = self._own_origins | self._extra_origins
-        if self._token is not None and "Host" in request.headers:
-            allowed = allowed | {f"http://{request.headers['Host']}"}
-        return origin.rstrip("/") in allowed
+        self.access.bound(host, port)
 
     # -- HTTP -------------------------------------------------------------------------------
 
+    def _refuse(
+        self, connection: ServerConnection, path: str, status: HTTPStatus, reason: str
+    ) -> Response:
+        self._warn("refused {} from {}: {}", clip_text(path, 40), _peer(connection), reason)
+        response = connection.respond(status, reason + "\n")
+        if status == HTTPStatus.UNAUTHORIZED:
+            response.headers["WWW-Authenticate"] = "Bearer"
+        return _secured(response)
+
     def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         """Refuse what must not become a call, serve the page, let the websockets through."""
-        path = urlsplit(request.path).path
-        if not self._authorized(request):
-            logger.warning("refused {} from {}: missing or wrong token", clip_text(path, 40),
-                           _peer(connection))  # fmt: skip
-            response = connection.respond(HTTPStatus.UNAUTHORIZED, "missing or wrong token\n")
-            response.headers["WWW-Authenticate"] = "Bearer"
-            return response
-        if path == "/browser" and not self._origin_allowed(request):
-            logger.warning("refused /browser from {}: origin {} is not allowed", _peer(connection),
-                           clip_text(request.headers.get("Origin"), 80))  # fmt: skip
-            return connection.respond(
-                HTTPStatus.FORBIDDEN,
-                "origin not allowed: add it to serve_allowed_origins\n",
-            )
-        if path in WS_PATHS:
+        decision = self.access.decide(request)
+        route = decision.route
+        if decision.status is not None:
+            return self._refuse(connection, route, decision.status, decision.reason)
+        if route in (PHONE, BROWSER):
+            address = None if decision.signed else _client_address(connection, request)
+            from_there = Counter(self._open.values())[address] if address else 0
             if self._connections >= self.max_calls:
-                logger.warning("refused {} from {}: {} calls already", path, _peer(connection),
-                               self._connections)  # fmt: skip
-                return connection.respond(
-                    HTTPStatus.SERVICE_UNAVAILABLE,
-                    f"busy: {self.max_calls} calls in progress, try again later\n",
-                )
-            return None
-        if path in ("/", "/index.html"):
-            response = connection.respond(HTTPStatus.OK, "")
-            response.body = self._page
-            del response.headers["Content-Type"]
-            del response.headers["Content-Length"]
-            response.headers["Content-Type"] = "text/html; charset=utf-8"
-            response.headers["Content-Length"] = str(len(self._page))
-            response.headers["Cache-Control"] = "no-store"
-            if self._token is not None:
-                # The page's own websocket cannot add a header: a same-site cookie carries
-                # the token there (HttpOnly: the page's scripts never see it).
-                token = quote(self._token.decode(), safe="")
-                response.headers["Set-Cookie"] = (
-                    f"{TOKEN_COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/"
-                )
-            return response
-        return connection.respond(
-            HTTPStatus.NOT_FOUND, f"no such path {clip_text(path, 60)}: try / /phone /browser\n"
-        )
+                reason = f"busy: {self.max_calls} calls in progress, try again later"
+            elif address is not None and from_there >= self.max_calls_per_address:
+                reason = f"busy: {from_there} calls from your address already"
+            else:
+                self._admit(connection, address, decision)
+                return None
+            return self._refuse(connection, route, HTTPStatus.SERVICE_UNAVAILABLE, reason)
+        if route == PAGE:
+            return self._page_response(connection)
+        return _secured(connection.respond(
+            HTTPStatus.NOT_FOUND, f"no such path {clip_text(route, 60)}: try / /phone /browser\n"
+        ))  # fmt: skip
+
+    def _admit(self, connection: ServerConnection, address: str | None, decision: Decision) -> None:
+        """Count the connection from now until its socket closes, handshake or not."""
+        self._open[connection] = address
+        self._decisions[connection] = decision
+
+        def closed(_: object) -> None:
+            self._open.pop(connection, None)
+            self._decisions.pop(connection, None)
+
+        connection.connection_lost_waiter.add_done_callback(closed)
+
+    def _page_response(self, connection: ServerConnection) -> Response:
+        response = connection.respond(HTTPStatus.OK, "")
+        response.body = self._page
+        del response.headers["Content-Type"]
+        del response.headers["Content-Length"]
+        response.headers["Content-Type"] = "text/html; charset=utf-8"
+        response.headers["Content-Length"] = str(len(self._page))
+        response.headers["Cache-Control"] = "no-store"
+        response.headers["Content-Security-Policy"] = self._page_policy
+        token = self.access.token
+        if token is not None:
+            # The page's own websocket cannot add a header: a same-site cookie carries
+            # the token there (HttpOnly: the page's scripts never see it).
+            value = quote(token.decode(), safe="")
+            response.headers["Set-Cookie"] = (
+                f"{TOKEN_COOKIE}={value}; HttpOnly; SameSite=Strict; Path=/"
+            )
+        return _secured(response)
 
     # -- websocket --------------------------------------------------------------------------
 
     async def handle(self, ws: ServerConnection) -> None:
         """One connection = one call; any failure ends that call only, in one line."""
-        path = urlsplit(ws.request.path if ws.request else "").path
-        self._connections += 1
+        decision = self._decisions.get(ws) or Decision(PHONE, start_token=True)
         sock = ws.transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_SEND_BUFFER_BYTES)
         try:
-            if self._connections > self.max_calls:  # handshakes that raced past the check
-                await ws.close(1013, "busy: try again later")
-            elif path == "/phone":
-                await self._phone(ws)
-            elif path == "/browser":
+            if decision.route == PHONE:
+                await self._phone(ws, decision)
+            elif decision.route == BROWSER:
                 await self._browser(ws)
         except ConnectionClosed:
             pass
         except Exception as exc:  # noqa: BLE001 - a call's failure must not reach the server
-            logger.error("{} call failed: {}: {}", path, type(exc).__name__,
+            logger.error("{} call failed: {}: {}", decision.route, type(exc).__name__,
                          clip_text(str(exc), 120))  # fmt: skip
             await ws.close(1011, "internal error")
         finally:
-            self._connections -= 1
             collect_call_garbage()  # the call is unreachable now: free what it held at once
 
-    async def _phone(self, ws: ServerConnection) -> None:
+    def _new_call(self, kind: str, **options: object) -> LiveCall:
+        """A call, recorded unless the disk is nearly full (the call goes on regardless)."""
+        record = self.record_wav and room_to_record(self.calls_dir, self.retention)
+        if self.record_wav and not record:
+            self._warn("not recording: less than {} bytes free under {}",
+                           self.retention.min_free_bytes, self.calls_dir)  # fmt: skip
+        call = LiveCall(self.runtime, self.calls_dir, kind=kind, record_wav=record,
+                        max_secs=self.max_call_secs, **options)  # type: ignore[arg-type]  # fmt: skip
+        if self.record_wav and not record:
+            call.info["call_wav"] = "not recorded: the disk is nearly full"
+        return call
+
+    async def _phone(self, ws: ServerConnection, decision: Decision) -> None:
         stream = StreamInfo()
+        warn = WarningLimiter()
         try:
-            started = await asyncio.wait_for(self._await_start(ws, stream), START_TIMEOUT_SECS)
+            started = await asyncio.wait_for(self._await_start(ws, stream, warn),
+                                             START_TIMEOUT_SECS)  # fmt: skip
         except TimeoutError:
-            logger.warning("phone: no start message within {} s: closing", START_TIMEOUT_SECS)
+            warn("phone: no start message within {:g} s: closing", START_TIMEOUT_SECS)
             await ws.close(1008, "no start message")
             return
         except TwilioProtocolError as exc:
-            logger.warning("phone: {}: closing", exc)  # its client parts are clipped
+            warn("phone: {}: closing", exc)  # its client parts are clipped
             await ws.close(1003, str(exc).encode()[:120].decode(errors="ignore"))
             return
         if not started:
             return
-        call = LiveCall(
-            self.runtime, self.calls_dir, kind="phone", record_wav=self.record_wav,
-            max_secs=self.max_call_secs, details=lambda: {
-                "stream_sid": stream.stream_sid, "call_sid": stream.call_sid,
-                "marks_sent": stream.marks_sent, "marks_played": len(stream.marks_played),
-            },
-        )  # fmt: skip
+        token_ok = self.access.start_token_matches(stream.custom_parameters)
+        stream.custom_parameters = {}  # it may hold the token: never kept or written
+        if decision.start_token and not token_ok:
+            self._warn("refused /phone from {}: missing or wrong token in the start "
+                           "message", _peer(ws))  # fmt: skip
+            await ws.close(1008, "missing or wrong token")
+            return
+        call = self._new_call("phone", details=lambda: {
+            "stream_sid": stream.stream_sid, "call_sid": stream.call_sid,
+            "marks_sent": stream.marks_sent, "marks_played": stream.marks_played,
+        })  # fmt: skip
         transport_in = PhoneInput(call.clock, call.recorder, rate=call.rate)
         transport_out = PhoneOutput(ws, stream, call.clock, call.recorder, rate=call.rate)
+        media = MediaWatch(self.no_media_secs)
 
         def on_message(raw: str | bytes) -> str | None:
-            message = parse_message(raw)
+            message = parse_message(raw, warn)
             if message is None:
                 return None
             event = message["event"]
             if event == "media":
-                payload = media_payload(message)
+                payload = media_payload(message, warn)
                 if payload:
+                    media.heard()
                     transport_in.feed_mulaw(payload)
             elif event == "mark":
                 mark = message.get("mark")
-                if isinstance(mark, dict) and isinstance(mark.get("name"), str):
-                    stream.marks_played.append(mark["name"])
+                if not stream.mark_played(mark.get("name") if isinstance(mark, dict) else None):
+                    warn("phone: ignored a mark the server did not send")
             elif event == "stop":
                 return "the phone sent stop"
             elif event not in ("connected", "start", "dtmf"):
-                logger.warning("phone: ignored an unknown event {}", clip_text(event, 40))
+                warn("phone: ignored an unknown event {}", clip_text(event, 40))
             return None
 
-        await self._converse(ws, call, transport_in, transport_out, on_message)
+        await self._converse(ws, call, transport_in, transport_out, on_message, media)
 
-    async def _await_start(self, ws: ServerConnection, stream: StreamInfo) -> bool:
+    async def _await_start(
+        self, ws: ServerConnection, stream: StreamInfo, warn: WarningLimiter
+    ) -> bool:
         """Read until the ``start`` message; False when the phone hung up before it."""
         async for raw in ws:
-            message = parse_message(raw)
+            message = parse_message(raw, warn)
             if message is None or message["event"] == "connected":
                 continue
             if message["event"] == "start":
@@ -302,32 +351,31 @@ class CallServer:
                 return True
             if message["event"] == "stop":
                 raise TwilioProtocolError("stop before start")
-            logger.warning("phone: ignored {} before the start message",
-                           clip_text(message["event"], 40))  # fmt: skip
+            warn("phone: ignored {} before the start message", clip_text(message["event"], 40))
         return False
 
     async def _browser(self, ws: ServerConnection) -> None:
         events = EventSender(ws)
         events.start()
-        call = LiveCall(
-            self.runtime, self.calls_dir, kind="browser", record_wav=self.record_wav,
-            emit=events.emit, max_secs=self.max_call_secs,
-        )  # fmt: skip
+        call = self._new_call("browser", emit=events.emit)
         events.emit({"type": "call", "id": call.id, "folder": call.dir.name,
                      "rate": call.rate})  # fmt: skip
         transport_in = BrowserInput(call.clock, call.recorder, rate=call.rate)
         transport_out = BrowserOutput(ws, events, call.clock, call.recorder, rate=call.rate)
+        media = MediaWatch(self.no_media_secs)
+        warn = WarningLimiter()
 
         def on_message(raw: str | bytes) -> str | None:
             if isinstance(raw, bytes):
-                transport_in.feed_message(raw)
+                media.heard()
+                transport_in.feed_message(raw, warn)
                 return None
-            control = parse_control(raw)
+            control = parse_control(raw, warn)
             if control is not None and control.get("type") == "stop":
                 return "the page hung up"
             return None
 
-        records = await self._converse(ws, call, transport_in, transport_out, on_message)
+        records = await self._converse(ws, call, transport_in, transport_out, on_message, media)
         events.emit({"type": "ended", "turns": len(records)})
         await events.close()
 
@@ -338,6 +386,7 @@ class CallServer:
         transport_in: LiveInput,
         transport_out: LiveOutput,
         on_message: MessageHandler,
+        media: MediaWatch,
     ) -> list[dict]:
         """Run the call while reading the client; whichever ends first ends the other."""
         self.calls[call.id] = call
@@ -359,11 +408,13 @@ class CallServer:
 
         pipeline = asyncio.ensure_future(call.run(transport_in, transport_out))
         reader = asyncio.ensure_future(read())
+        watcher = asyncio.ensure_future(media.watch(call))
         try:
             await asyncio.wait({pipeline, reader}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            if not reader.done():
-                reader.cancel()
+            for task in (reader, watcher):
+                if not task.done():
+                    task.cancel()
             call.hang_up("the client closed the connection")
             records = await pipeline
             del self.calls[call.id]
@@ -377,7 +428,29 @@ class CallServer:
             f"call {call.id} ended ({call.info.get('end_reason', '')}): {len(records)} turn(s)"
             + (f", voice-to-voice {', '.join(f'{x:.0f}' for x in v2v)} ms" if v2v else "")
         )
+        await self.prune()
         return records
+
+    async def prune(self) -> None:
+        """Keep ``calls/`` within its retention limits (off the event loop: it walks disk)."""
+        keep = [call.dir for call in self.calls.values()]
+        await asyncio.to_thread(prune_calls, self.calls_dir, self.retention, keep=keep)
+
+
+def _secured(response: Response) -> Response:
+    for name, value in SECURITY_HEADERS.items():
+        response.headers[name] = value
+    return response
+
+
+def _client_address(connection: ServerConnection, request: Request) -> str:
+    """Whom a connection counts against: its peer, or behind a proxy on this machine, the
+    address that proxy says it forwards (the last ``X-Forwarded-For`` entry is its own)."""
+    peer = _peer(connection).rpartition(":")[0]
+    forwarded = request.headers.get("X-Forwarded-For")
+    if forwarded and is_loopback(peer.strip("[]")):
+        return forwarded.split(",")[-1].strip()[:64]
+    return peer
 
 
 def _peer(ws: ServerConnection) -> str:
@@ -413,6 +486,7 @@ async def serve_calls(
         ) as ws_server:  # fmt: skip
             bound = next(iter(ws_server.sockets)).getsockname()[1]
             server.bound(host, bound)
+            await server.prune()
             server.say(
                 f"serving on http://{host}:{bound}/ (phone: ws://{host}:{bound}/phone, "
                 f"browser page: http://{host}:{bound}/); calls in {server.calls_dir}/"

@@ -53,11 +53,14 @@ class OpenAIChatEngine:
     name = "openai"
     needs_keepalive = True
 
-    def __init__(self, base_url: str, model: str, settings: LLMSettings) -> None:
+    def __init__(
+        self, base_url: str, model: str, settings: LLMSettings, *, api_key: str | None = None
+    ) -> None:
+        """``api_key``: the key of a server the agent started (default: ``llm.api_key``)."""
         self.model = model
+        key = api_key if api_key is not None else settings.api_key.get_secret_value()
         self._client = openai.AsyncOpenAI(
-            base_url=base_url, api_key=settings.api_key, timeout=settings.timeout_secs,
-            max_retries=0,
+            base_url=base_url, api_key=key, timeout=settings.timeout_secs, max_retries=0,
         )  # fmt: skip
 
     async def stream(

@@ -2,19 +2,29 @@
 
 Started before the call, stopped after it. Its weights are mlock'ed where the OS allows,
 so an idle minute does not page them out (DESIGN.md measured a 12.8 s answer after that).
+It takes requests with its own random ``api_key`` only, and writes its output to ``log_path``.
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import IO
 
 import httpx
 
 from agent.errors import UserError
+from agent.llm.local_server import (
+    auth_headers,
+    last_log_line,
+    new_api_key,
+    open_log,
+    terminate,
+)
 from agent.settings import LLMSettings
 
 STARTUP_TIMEOUT_SECS = 120
@@ -29,10 +39,16 @@ def free_port() -> int:
 class LlamaServer:
     """A ``llama_cpp.server`` process serving one GGUF model on 127.0.0.1."""
 
-    def __init__(self, model_path: Path, settings: LLMSettings, port: int | None = None) -> None:
+    def __init__(
+        self, model_path: Path, settings: LLMSettings, port: int | None = None,
+        api_key: str | None = None,
+    ) -> None:  # fmt: skip
         self.model_path = model_path
         self.settings = settings
         self.port = port or free_port()
+        self.api_key = api_key or new_api_key()
+        self.log_path: Path | None = None
+        self._log_file: IO[str] | None = None
         self._proc: subprocess.Popen | None = None
 
     @property
@@ -52,18 +68,26 @@ class LlamaServer:
             "--verbose", "False",
         ]  # fmt: skip
 
+    def _models_ok(self, timeout: float) -> bool:
+        response = httpx.get(f"{self.base_url}/models", headers=auth_headers(self.api_key),
+                             timeout=timeout)  # fmt: skip
+        return response.status_code == 200
+
     def start(self) -> LlamaServer:
+        self.log_path, self._log_file = open_log(self.log_path, "llama-server-")
         self._proc = subprocess.Popen(
-            self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-        )
+            self.command(), stdout=self._log_file, stderr=subprocess.STDOUT,
+            env={**os.environ, "API_KEY": self.api_key},  # its settings read the environment
+        )  # fmt: skip
         deadline = time.monotonic() + STARTUP_TIMEOUT_SECS
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
-                err = (self._proc.stderr.read() if self._proc.stderr else "").strip()
-                last = err.splitlines()[-1] if err else f"exit status {self._proc.returncode}"
-                raise UserError(f"the llama.cpp server did not start: {last}")
+                last = last_log_line(self.log_path) or f"exit status {self._proc.returncode}"
+                self.stop()
+                raise UserError(f"the llama.cpp server did not start: {last} "
+                                f"(log: {self.log_path})")  # fmt: skip
             try:
-                if httpx.get(f"{self.base_url}/models", timeout=1).status_code == 200:
+                if self._models_ok(timeout=1):
                     return self
             except httpx.HTTPError:
                 time.sleep(0.2)
@@ -82,7 +106,7 @@ class LlamaServer:
         if not self.alive():
             return False
         try:
-            return httpx.get(f"{self.base_url}/models", timeout=timeout).status_code == 200
+            return self._models_ok(timeout)
         except httpx.HTTPError:
             return False
 
@@ -95,18 +119,12 @@ class LlamaServer:
         return self.start()
 
     def stop(self) -> None:
-        if self._proc is None:
-            return
-        if self._proc.poll() is not None:  # already gone (killed): just reap it
-            self._proc = None
-            return
-        self._proc.terminate()
-        try:
-            self._proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
-        self._proc = None
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            terminate(proc, timeout=10)
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
 
     def __enter__(self) -> LlamaServer:
         return self.start()

@@ -7,6 +7,7 @@ server. On a machine without a GPU this is vLLM's CPU build, for real integratio
 GPU it is the fast path. Prefix caching is on (the system prompt and history are a stable
 prefix, see ``agent.llm.prompt``) and vLLM reports the cached part of each prompt in
 ``usage.prompt_tokens_details.cached_tokens`` (``--enable-prompt-tokens-details``).
+It takes requests with its own random ``api_key`` only (``VLLM_API_KEY``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import IO
@@ -25,6 +25,13 @@ import httpx
 from agent import model_store
 from agent.errors import UserError
 from agent.llm.llama_server import free_port
+from agent.llm.local_server import (
+    auth_headers,
+    last_log_line,
+    new_api_key,
+    open_log,
+    terminate,
+)
 from agent.settings import LLMSettings
 
 # First start compiles the model with torch.compile (about 2.5 minutes on 2 cores, cached
@@ -125,6 +132,7 @@ class VllmServer:
         self.python = python or settings.vllm_python
         self.gpu = has_gpu() if gpu is None else gpu
         self.log = log
+        self.api_key = new_api_key()
         self.log_path: Path | None = None
         self._log_file: IO[str] | None = None
         self._proc: subprocess.Popen | None = None
@@ -160,7 +168,7 @@ class VllmServer:
             )
 
     def environment(self) -> dict[str, str]:
-        env = dict(os.environ)
+        env = {**os.environ, "VLLM_API_KEY": self.api_key}
         if not self.gpu:
             # The CPU build reserves this much memory (GiB) for its KV cache; its default
             # (4 GiB) is far more than a 2048-token context of a small model needs.
@@ -170,23 +178,12 @@ class VllmServer:
     def spawn(self) -> subprocess.Popen:
         """Start the process (in its own process group, so stop() reaches its workers)."""
         self.check()
-        if self.log is None:
-            self.log_path = Path(tempfile.mkdtemp(prefix="vllm-")) / "vllm.log"
-        else:
-            self.log_path = self.log
-            self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log_file = self.log_path.open("w")
+        self.log_path, self._log_file = open_log(self.log, "vllm-")
         self._proc = subprocess.Popen(
             self.command(), stdout=self._log_file, stderr=subprocess.STDOUT,
             env=self.environment(), start_new_session=True,
         )  # fmt: skip
         return self._proc
-
-    def _last_log_line(self) -> str:
-        if self.log_path is None or not self.log_path.exists():
-            return ""
-        lines = [ln for ln in self.log_path.read_text(errors="replace").splitlines() if ln.strip()]
-        return lines[-1].strip() if lines else ""
 
     def wait_ready(self, timeout: float = STARTUP_TIMEOUT_SECS) -> None:
         """Until /v1/models answers; the server's last log line if it dies first."""
@@ -194,12 +191,14 @@ class VllmServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
-                last = self._last_log_line() or f"exit status {self._proc.returncode}"
+                last = last_log_line(self.log_path) or f"exit status {self._proc.returncode}"
                 where = f" (log: {self.log_path})" if self.log_path else ""
                 self.stop()
                 raise UserError(f"the vLLM server did not start: {last}{where}")
             try:
-                if httpx.get(f"{self.base_url}/models", timeout=2).status_code == 200:
+                models = httpx.get(f"{self.base_url}/models", headers=auth_headers(self.api_key),
+                                   timeout=2)  # fmt: skip
+                if models.status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
@@ -219,13 +218,7 @@ class VllmServer:
         """SIGTERM (vLLM shuts its engine process down), then SIGKILL to the whole group."""
         proc, self._proc = self._proc, None
         if proc is not None:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            terminate(proc, timeout=30)
             try:  # its own process group: no engine worker outlives it
                 os.killpg(proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):

@@ -51,7 +51,6 @@ from agent.recognition.utterance import Snapshot, Utterance, has_words
 from agent.recognition.whisper_decoder import RATE, Pass, WhisperDecoder
 from agent.settings import ASRSettings
 
-
 NOISE_MAX_SECS = 0.8  # a sound this short with no word in it is a hiss, a click or a breath
 
 

@@ -1,10 +1,16 @@
-"""The HTML report: one self-contained file (inline SVG, CSS, audio; no network) for QA."""
+"""The HTML report: one self-contained file (inline SVG, CSS, audio; no network) for QA.
+
+Its Content-Security-Policy runs only its own script (by hash) and loads nothing from
+anywhere: transcripts and folder names are escaped, and were anything missed, it could not
+run.
+"""
 
 from __future__ import annotations
 
 from html import escape
 from typing import Any
 
+from agent.csp import content_security_policy
 from agent.reports.clips import Clip, turn_clips
 from agent.reports.load import Pool, Turn
 from agent.reports.markdown import cache_line, ms
@@ -71,6 +77,14 @@ SCRIPT = """
   document.title = document.title + ' [ready: ' + charts + ' charts]';
 })();
 """
+
+
+# Styles may be inline (the charts' colours are style attributes); scripts only by hash.
+# frame-ancestors is not honoured in a <meta> policy, so it is left out here.
+POLICY = content_security_policy(
+    f"<script>{SCRIPT}</script>", style_src="'unsafe-inline'", img_src="data:",
+    media_src="data:",
+)  # fmt: skip
 
 
 def _verdict_badge(verdict: str) -> str:
@@ -230,6 +244,8 @@ final transcript that was ready before the turn ended.</p>
     title = f"Latency report: {summary['verdict']} ({summary['turns']} turns)"
     return (
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{POLICY}">'
+        '<meta name="referrer" content="no-referrer">'
         f'<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{escape(title)}</title><style>{CSS}</style></head>"
         f"<body>{body}<script>{SCRIPT}</script></body></html>\n"

@@ -21,7 +21,7 @@ from websockets.exceptions import ConnectionClosed
 
 from agent.clock import CallClock, CallRecorder
 from agent.live.io import LiveInput, LiveOutput
-from agent.transports.phone import clip_text
+from agent.transports.phone import Warn, clip_text
 
 MAX_QUEUED_EVENTS = 1000
 
@@ -29,9 +29,9 @@ MAX_QUEUED_EVENTS = 1000
 class BrowserInput(LiveInput):
     """Microphone audio from the page: binary messages of 16-bit mono PCM at the call rate."""
 
-    def feed_message(self, data: bytes) -> None:
+    def feed_message(self, data: bytes, warn: Warn = logger.warning) -> None:
         if len(data) % 2:
-            logger.warning("browser: ignored an audio message of odd length {}", len(data))
+            warn("browser: ignored an audio message of odd length {}", len(data))
             return
         self.feed(data)
 
@@ -90,14 +90,14 @@ class EventSender:
                 return
 
 
-def parse_control(text: str) -> dict[str, Any] | None:
+def parse_control(text: str, warn: Warn = logger.warning) -> dict[str, Any] | None:
     """A text message from the page (only ``{"type": "stop"}`` means something today)."""
     try:
         message = json.loads(text)
     except (ValueError, RecursionError):  # also too deep / over-long numbers: never raises
-        logger.warning("browser: ignored a text message that is not JSON: {}", clip_text(text))
+        warn("browser: ignored a text message that is not JSON: {}", clip_text(text))
         return None
     if not isinstance(message, dict):
-        logger.warning("browser: ignored a text message that is not a JSON object")
+        warn("browser: ignored a text message that is not a JSON object")
         return None
     return message

@@ -18,6 +18,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +33,11 @@ from agent.clock import CallClock, CallRecorder
 from agent.live.io import LiveInput, LiveOutput
 
 PHONE_RATE = 8000
+# Twilio's ids are two letters and 32 hex digits; other Media Streams servers use UUIDs.
+# Whatever matches this is safe to keep and echo; anything else ends the call.
+SID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+MARK_PREFIX = "phrase-"
+Warn = Callable[..., None]
 MULAW_BIAS = 0x84
 MULAW_CLIP = 32635
 
@@ -98,12 +105,33 @@ def through_phone_line(samples: np.ndarray) -> np.ndarray:
 
 @dataclass
 class StreamInfo:
-    """What the phone side told us in its ``start`` message, and the marks it played."""
+    """What the phone side told us in its ``start`` message, and the marks it played.
+
+    Only the names of marks we sent and that have not come back yet are kept: a client
+    cannot make the server hold the names it makes up.
+    """
 
     stream_sid: str = ""
     call_sid: str | None = None
+    custom_parameters: dict[str, Any] = field(default_factory=dict, repr=False)
     marks_sent: int = 0
-    marks_played: list[str] = field(default_factory=list)
+    marks_played: int = 0
+    _unplayed: set[str] = field(default_factory=set, repr=False)
+
+    def next_mark(self) -> str:
+        """The name of the mark to send after a phrase (and remember)."""
+        self.marks_sent += 1
+        name = f"{MARK_PREFIX}{self.marks_sent}"
+        self._unplayed.add(name)
+        return name
+
+    def mark_played(self, name: object) -> bool:
+        """Count a mark the phone says it played; False for a name we never sent."""
+        if isinstance(name, str) and name in self._unplayed:
+            self._unplayed.discard(name)
+            self.marks_played += 1
+            return True
+        return False
 
 
 class PhoneInput(LiveInput):
@@ -116,7 +144,8 @@ class PhoneInput(LiveInput):
         self._upsample = Rate2Converter(up=True)
 
     def feed_mulaw(self, payload: bytes) -> None:
-        self.feed(self._upsample(mulaw_decode(payload)).tobytes())
+        if self.admit(2 * len(payload)):  # before decoding: a flood costs no filtering
+            self.enqueue(self._upsample(mulaw_decode(payload)).tobytes())
 
 
 class PhoneOutput(LiveOutput):
@@ -151,8 +180,7 @@ class PhoneOutput(LiveOutput):
         # A phrase's text is released once its audio has been written: mark that point,
         # so the phone tells us when the caller has heard it.
         if isinstance(frame, TTSTextFrame):
-            self._stream.marks_sent += 1
-            name = f"phrase-{self._stream.marks_sent}"
+            name = self._stream.next_mark()
             await self._send({"event": "mark", "mark": {"name": name}})
 
 
@@ -172,33 +200,41 @@ class TwilioProtocolError(Exception):
     """The phone side sent something the call cannot go on with."""
 
 
-def parse_message(text: str | bytes) -> dict[str, Any] | None:
-    """One inbound message as a dict, or None (with one warning line) when it is not one.
+def parse_message(text: str | bytes, warn: Warn = logger.warning) -> dict[str, Any] | None:
+    """One inbound message as a dict, or None (with one ``warn`` line) when it is not one.
 
     Pure apart from that line: it never raises, whatever the client sent (deep nesting and
     over-long numbers make ``json.loads`` raise RecursionError / ValueError, not only
     JSONDecodeError).
     """
     if isinstance(text, bytes):
-        logger.warning("phone: ignored a binary message (Twilio media streams send JSON text)")
+        warn("phone: ignored a binary message (Twilio media streams send JSON text)")
         return None
     try:
         message = json.loads(text)
     except (ValueError, RecursionError):
-        logger.warning("phone: ignored a message that is not JSON: {}", clip_text(text))
+        warn("phone: ignored a message that is not JSON: {}", clip_text(text))
         return None
     if not isinstance(message, dict) or not isinstance(message.get("event"), str):
-        logger.warning("phone: ignored a message without an 'event' name: {}", clip_text(text))
+        warn("phone: ignored a message without an 'event' name: {}", clip_text(text))
         return None
     return message
 
 
+def valid_sid(value: object) -> bool:
+    """Whether a stream or call id is one we may keep and echo back."""
+    return isinstance(value, str) and SID_PATTERN.fullmatch(value) is not None
+
+
 def read_start(message: dict[str, Any], stream: StreamInfo) -> None:
-    """Check a ``start`` message's media format and keep its stream ids."""
+    """Check a ``start`` message's ids and media format, and keep them."""
     start = message.get("start") if isinstance(message.get("start"), dict) else {}
     sid = message.get("streamSid") or start.get("streamSid")
     if not isinstance(sid, str) or not sid:
         raise TwilioProtocolError("the start message has no streamSid")
+    call_sid = start.get("callSid")
+    if not valid_sid(sid) or (call_sid is not None and not valid_sid(call_sid)):
+        raise TwilioProtocolError("the start message's streamSid or callSid is not a valid id")
     fmt = start.get("mediaFormat") if isinstance(start.get("mediaFormat"), dict) else {}
     encoding = fmt.get("encoding", "audio/x-mulaw")
     rate = fmt.get("sampleRate", PHONE_RATE)
@@ -209,21 +245,22 @@ def read_start(message: dict[str, Any], stream: StreamInfo) -> None:
             f"x{clip_text(channels, 20)}: only audio/x-mulaw 8000 Hz mono is spoken here"
         )
     stream.stream_sid = sid
-    call_sid = start.get("callSid")
-    stream.call_sid = call_sid if isinstance(call_sid, str) else None
+    stream.call_sid = call_sid
+    params = start.get("customParameters")
+    stream.custom_parameters = params if isinstance(params, dict) else {}
 
 
-def media_payload(message: dict[str, Any]) -> bytes | None:
+def media_payload(message: dict[str, Any], warn: Warn = logger.warning) -> bytes | None:
     """The mu-law bytes of a ``media`` message (None, with a warning, when malformed)."""
     media = message.get("media")
     payload = media.get("payload") if isinstance(media, dict) else None
     if not isinstance(payload, str):
-        logger.warning("phone: ignored a media message without a payload")
+        warn("phone: ignored a media message without a payload")
         return None
     if isinstance(media, dict) and media.get("track", "inbound") != "inbound":
         return None  # an outbound-track echo: not the caller
     try:
         return base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError):
-        logger.warning("phone: ignored a media message whose payload is not base64")
+        warn("phone: ignored a media message whose payload is not base64")
         return None

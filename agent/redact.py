@@ -1,0 +1,30 @@
+"""Credentials out of what the agent prints: passwords in URLs, and secret settings.
+
+Secret settings are ``SecretStr`` (printed as ``**********``); a URL may carry a user and
+password (``https://user:pass@host/v1``), so any URL shown is shown with its password
+masked.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+MASK = "**********"
+URL_WITH_PASSWORD = re.compile(r"\b([a-z][a-z0-9+.-]*://[^/\s:@]*:)[^/\s@]+@", re.IGNORECASE)
+
+
+def redact_text(text: str) -> str:
+    """Any URL passwords in a line of text (an error message, a log line) masked."""
+    return URL_WITH_PASSWORD.sub(rf"\g<1>{MASK}@", text)
+
+
+def redact_values(data: Any) -> Any:
+    """``data`` (settings as plain values) with every URL password masked."""
+    if isinstance(data, dict):
+        return {key: redact_values(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [redact_values(value) for value in data]
+    if isinstance(data, str):
+        return redact_text(data)
+    return data

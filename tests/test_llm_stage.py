@@ -268,8 +268,8 @@ async def test_decoding_pauses_while_the_first_phrase_is_synthesised(inprocess, 
     after = [t for t in synthesis.arrivals if t > end]
     if pause:
         assert not inside and after  # nothing decoded meanwhile, and the answer went on
-    else:
-        assert len(inside) >= 5
+    else:  # decoding went on meanwhile (how many tokens fit depends on the CPU)
+        assert inside
 
 
 async def test_an_idle_call_keeps_its_conversation_in_the_in_process_cache(inprocess, settings):

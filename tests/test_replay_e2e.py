@@ -91,7 +91,8 @@ def test_answers_start_speculatively_at_the_pause(run):
     for turn in hits:
         assert turn["events"]["llm_request"] < turn["events"]["turn_end"]
         assert turn["gaps"]["stt_to_llm"] < 0
-        assert turn["events"]["first_audio_out"] > turn["events"]["turn_end"]
+        # (at compute pace the answer is ready the moment the turn ends)
+        assert turn["events"]["first_audio_out"] >= turn["events"]["turn_end"]
 
 
 def test_summary_has_percentiles_and_a_verdict(run):

@@ -57,7 +57,8 @@ def turn_from(record: dict[str, Any]) -> Turn:
         number=record["turn"], input=record["input"], user_text=record["user_text"],
         bot_text=record["bot_text"], spoken_text=record["spoken_text"],
         events=dict(record["events"]), llm=record["llm"],
-        errors=list(record["errors"]),
+        errors=list(record["errors"]), end_reason=record["turn_end_reason"],
+        end_value=record["turn_end_value"],
     )  # fmt: skip
 
 

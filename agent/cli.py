@@ -116,19 +116,13 @@ def transcribe(
     asr_model: AsrModelOpt = None,
 ) -> None:
     """Print what the agent hears: interim and final transcripts with their times (ms)."""
-    from agent import model_store
     from agent.recognition.transcribe import transcribe_once, transcribe_stream
     from agent.recognition.whisper_decoder import WhisperDecoder
     from agent.replay import load_turns
 
     settings = settings_from_flags(config, asr__model=asr_model)
     turns = load_turns(inputs, settings.sample_rate)
-    decoder = WhisperDecoder(
-        model_store.resolve(settings.asr.model, "asr", settings.models_dir),
-        compute_type=settings.asr.compute_type,
-        threads=settings.asr.threads,
-        language=settings.asr.language,
-    )
+    decoder = WhisperDecoder.from_settings(settings.asr, settings.models_dir)
     for turn in turns:
         if stream:
             events = asyncio.run(transcribe_stream(decoder, turn, settings))

@@ -50,14 +50,8 @@ class AgentModels:
 
     @classmethod
     def load(cls, settings: Settings) -> AgentModels:
-        asr_path = model_store.resolve(settings.asr.model, "asr", settings.models_dir)
         voice_path = model_store.resolve(settings.tts.voice, "tts", settings.models_dir)
-        decoder = WhisperDecoder(
-            asr_path,
-            compute_type=settings.asr.compute_type,
-            threads=settings.asr.threads,
-            language=settings.asr.language,
-        )
+        decoder = WhisperDecoder.from_settings(settings.asr, settings.models_dir)
         voice = PiperVoiceModel(
             voice_path,
             length_scale=settings.tts.length_scale,

@@ -58,6 +58,13 @@ class ASRSettings(BaseModel):
     threads: int = Field(2, ge=1)
     interim_interval_ms: int = Field(300, ge=100, description="run a pass every N ms of new speech")
     pre_roll_ms: int = Field(600, ge=0, description="audio kept before the VAD start")
+    min_window_secs: float = Field(
+        10.0,
+        ge=0,
+        le=30,
+        description="each pass reads at least this many seconds (speech, then zeros): on a "
+        "window barely longer than the speech Whisper mishears more",
+    )
 
 
 class TurnSettings(BaseModel):

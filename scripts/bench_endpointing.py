@@ -45,7 +45,6 @@ from pipecat.frames.frames import (
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
-from agent import model_store
 from agent.audio import load_audio, speech_bounds
 from agent.clock import CallClock
 from agent.pipeline import run_pipeline
@@ -233,11 +232,7 @@ async def main() -> None:
     settings = Settings()
     smart_turn = {"on": (True,), "off": (False,), "both": (False, True)}[args.smart_turn]
     leans = args.leans or [settings.turn.smart_turn_lean]
-    decoder = WhisperDecoder(
-        model_store.resolve(settings.asr.model, "asr", settings.models_dir),
-        compute_type=settings.asr.compute_type, threads=settings.asr.threads,
-        language=settings.asr.language,
-    )  # fmt: skip
+    decoder = WhisperDecoder.from_settings(settings.asr, settings.models_dir)
     turns = build_turns(args.line)
     rows = []
     grid = itertools.product(args.stop_windows, smart_turn, leans, args.max_silences)

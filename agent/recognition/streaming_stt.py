@@ -52,6 +52,7 @@ from agent.recognition.whisper_decoder import RATE, Pass, WhisperDecoder
 from agent.settings import ASRSettings
 
 NOISE_MAX_SECS = 0.8  # a sound this short with no word in it is a hiss, a click or a breath
+NO_SPEECH_PROB = 0.5  # Whisper's own no-speech threshold is 0.6 (with a low log-probability)
 
 
 class _RunningPass:
@@ -230,12 +231,21 @@ class StreamingWhisperSTT(FrameProcessor):
         except Exception:
             return  # reported when the final pass is awaited
         if spec is self._speculation and self._utt is not None:
-            text = self._utt.text(result)
-            # Only a short sound can be noise: a pass over real speech may come back empty.
-            short = self._utt.secs <= self._settings.pre_roll_ms / 1000 + NOISE_MAX_SECS
-            self._heard_only_noise = short and not has_words(text)
+            text = self._heard(self._utt, result)
+            self._heard_only_noise = not text
             await self.push_frame(PauseTranscriptFrame(text=text), FrameDirection.UPSTREAM)
-            await self.push_frame(SpeculativeTranscriptFrame(text=text))  # the LLM may start
+            if text:
+                await self.push_frame(SpeculativeTranscriptFrame(text=text))  # the LLM may start
+
+    def _heard(self, utt: Utterance, result: Pass) -> str:
+        """The turn's text, or nothing when the pass heard noise: no word in it, or a short
+        sound Whisper itself calls no speech. Only a short sound can be noise: a pass over
+        real speech may come back empty."""
+        text = utt.text(result)
+        short = utt.secs <= self._settings.pre_roll_ms / 1000 + NOISE_MAX_SECS
+        if not has_words(text) or (short and result.no_speech_prob >= NO_SPEECH_PROB):
+            return ""
+        return text
 
     async def _final_pass(self, utt: Utterance) -> tuple[str, float]:
         """The turn's final text and when it was ready (a failed pass: the last interim)."""
@@ -244,9 +254,9 @@ class StreamingWhisperSTT(FrameProcessor):
             if spec is not None and spec.snap.generation == utt.generation:
                 # no speech since the pause and no trim: the speculative pass is the final one
                 result = await spec.future
-                return utt.text(result), spec.ready_ms or self._clock.now_ms()
+                return self._heard(utt, result), spec.ready_ms or self._clock.now_ms()
             result = await self._run_pass(utt.snapshot(), speech_ended=True)
-            return utt.text(result), self._clock.now_ms()
+            return self._heard(utt, result), self._clock.now_ms()
         except Exception as exc:
             await self._report_failure(exc, "final")
             return self._interim, self._clock.now_ms()
@@ -254,9 +264,7 @@ class StreamingWhisperSTT(FrameProcessor):
     async def _finish_turn(self) -> None:
         utt, self._utt = self._utt, None
         assert utt is not None
-        text, ready_ms = await self._final_pass(utt)
-        if not has_words(text):
-            text = ""  # noise is not a turn to answer
+        text, ready_ms = await self._final_pass(utt)  # noise is not a turn to answer: ""
         logger.debug(f"{self}: final over {utt.secs:.2f} s: {text!r}")
         await self.push_frame(TimelineEventFrame(event="stt_final", at_ms=ready_ms))
         await self.push_frame(

@@ -30,6 +30,9 @@ import numpy as np
 from faster_whisper import WhisperModel
 from faster_whisper.tokenizer import Tokenizer
 
+from agent import model_store
+from agent.settings import ASRSettings
+
 # oneDNN, inside CTranslate2, keeps a compiled convolution for every input length it has
 # seen (1024 by default). Our windows are unpadded, so nearly every pass has a new length
 # and those kernels piled up: about 0.85 MiB a pass, 167 -> 291 MiB over 150 passes of
@@ -40,6 +43,9 @@ os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_CACHED_KERNE
 
 RATE = 16000
 TRAILING_PAD_SECS = 0.5
+# Whisper was trained on 30 s windows: on a window barely longer than the speech it starts the
+# text over and mishears more; zeros out to 10 s let it close the text (docs/decisions.md).
+MIN_WINDOW_SECS: float = ASRSettings.model_fields["min_window_secs"].default
 MAX_WINDOW_SECS = 30.0
 # Room for about 6 tokens a second of speech (fast speech with timestamps needs 5): CTranslate2
 # generates half of max_length (measured: 70 -> 35 tokens), so ask for twice that.
@@ -127,8 +133,15 @@ class WhisperDecoder:
     """A CTranslate2 Whisper model run on short, unpadded windows."""
 
     def __init__(
-        self, model_dir: Path, *, compute_type: str, threads: int, language: str | None
+        self,
+        model_dir: Path,
+        *,
+        compute_type: str,
+        threads: int,
+        language: str | None,
+        min_window_secs: float = MIN_WINDOW_SECS,
     ) -> None:
+        self.min_window_secs = min_window_secs
         self.model = WhisperModel(
             str(model_dir), device="cpu", compute_type=compute_type, cpu_threads=threads
         )
@@ -140,6 +153,17 @@ class WhisperDecoder:
             language=(language or "en") if multilingual else "en",
         )
         self._ts_begin = self.tokenizer.timestamp_begin
+
+    @classmethod
+    def from_settings(cls, asr: ASRSettings, models_dir: Path) -> WhisperDecoder:
+        """The decoder the settings name (a default model name or a CTranslate2 folder)."""
+        return cls(
+            model_store.resolve(asr.model, "asr", models_dir),
+            compute_type=asr.compute_type,
+            threads=asr.threads,
+            language=asr.language,
+            min_window_secs=asr.min_window_secs,
+        )
 
     def transcribe(
         self, audio: np.ndarray, words: bool = False, expect_tokens: int | None = None
@@ -177,7 +201,7 @@ class WhisperDecoder:
     def _window(self, audio: np.ndarray, words: bool, expect_tokens: int | None = None) -> Pass:
         """One greedy decode of one unpadded window."""
         secs = len(audio) / RATE
-        window = min(MAX_WINDOW_SECS, secs + TRAILING_PAD_SECS)
+        window = min(MAX_WINDOW_SECS, max(self.min_window_secs, secs + TRAILING_PAD_SECS))
         padded = np.zeros(int(window * RATE), dtype=np.float32)
         padded[: min(len(audio), len(padded))] = audio[: len(padded)]
         mel = self.model.feature_extractor(padded, padding=0)[:, : int(window * 100)]

@@ -14,7 +14,6 @@ from agent.evaluation.grading import ClipGrade, grade_call
 from agent.evaluation.manifest import Clip
 from agent.llm.engines import ChatEngine
 from agent.pipeline import AgentModels
-from agent.recognition.whisper_decoder import WhisperDecoder
 from agent.replay import replay_call
 from agent.settings import Settings
 from agent.timing.budget import Budget, EvalLimits, rounded_percentile
@@ -22,13 +21,6 @@ from agent.timing.summary import summarize
 from agent.transports.replay import ReplayTurn
 
 ANSWER_PROBLEMS = ("empty", "repeated", "repeated_sentence", "loop", "echo")
-
-
-def offline_transcript(decoder: WhisperDecoder, samples: np.ndarray, language: str | None) -> str:
-    """faster-whisper's own ``transcribe()`` of the whole file: the yardstick for streaming."""
-    audio = samples.astype(np.float32) / 32768.0
-    segments, _ = decoder.model.transcribe(audio, language=language)
-    return " ".join(s.text.strip() for s in segments).strip()
 
 
 def _rate(part: int, whole: int) -> float | None:
@@ -95,7 +87,7 @@ async def evaluate(
     out_dir.mkdir(parents=True, exist_ok=True)
     rate = settings.sample_rate
     turns = [ReplayTurn(name=str(c.path), samples=load_audio(c.path, rate)) for c in clips]
-    offline = [offline_transcript(models.decoder, t.samples, settings.asr.language) for t in turns]
+    offline = [models.decoder.offline(t.samples.astype(np.float32) / 32768.0) for t in turns]
     if per_clip:
         groups = [[i] for i in range(len(clips))]
         folders = [out_dir / "calls" / f"{i + 1:03d}-{c.path.stem}" for i, c in enumerate(clips)]

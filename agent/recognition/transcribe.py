@@ -53,8 +53,7 @@ def transcribe_once(decoder: WhisperDecoder, name: str, samples: np.ndarray) -> 
     if len(audio) <= MAX_WINDOW_SECS * RATE:
         text = decoder.transcribe(audio).text
     else:
-        segments, _ = decoder.model.transcribe(audio, condition_on_previous_text=False)
-        text = " ".join(s.text.strip() for s in segments)
+        text = decoder.offline(audio)
     took = round((time.perf_counter() - start) * 1000, 1)
     return TranscriptEvent(file=name, kind="final", at_ms=took, text=text)
 

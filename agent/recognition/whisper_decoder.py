@@ -153,6 +153,7 @@ class WhisperDecoder:
             language=(language or "en") if multilingual else "en",
         )
         self._ts_begin = self.tokenizer.timestamp_begin
+        self._language = language
 
     @classmethod
     def from_settings(cls, asr: ASRSettings, models_dir: Path) -> WhisperDecoder:
@@ -164,6 +165,15 @@ class WhisperDecoder:
             language=asr.language,
             min_window_secs=asr.min_window_secs,
         )
+
+    def offline(self, audio: np.ndarray) -> str:
+        """faster-whisper's own ``transcribe()`` of any length of float32 16 kHz audio (30 s
+        windows, beam search): the yardstick for streaming. Its temperature fallback samples
+        at random, so it is off: the same audio gives the same text every time."""
+        segments, _ = self.model.transcribe(
+            audio, language=self._language, condition_on_previous_text=False, temperature=0.0
+        )
+        return " ".join(s.text.strip() for s in segments).strip()
 
     def transcribe(
         self, audio: np.ndarray, words: bool = False, expect_tokens: int | None = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,13 +27,22 @@ from agent.cli_support import (
 from agent.evaluation.html import eval_section, pct
 from agent.reports.markdown import ms
 
+
+class Line(StrEnum):
+    """The line the clips come in on."""
+
+    wideband = "wideband"  # as recorded, 16 kHz
+    phone = "phone"  # through the phone bridge's codec
+
+
 out = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
 
 
 def print_eval(report: dict[str, Any]) -> None:
     """The per-clip table and the corpus figures, as a QA reader scans them."""
-    table = Table(title=f"Clips ({report['pace']} pace)", show_lines=False)
+    title = f"Clips ({report['pace']} pace, {report['line']} line)"
+    table = Table(title=title, show_lines=False)
     for name, justify in (
         ("clip", "left"), ("turns", "right"), ("WER stream", "right"), ("WER offline", "right"),
         ("cut-offs", "right"), ("v2v ms", "right"), ("heard", "left"), ("answer problems", "left"),
@@ -80,6 +90,9 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--per-clip", help="One call per clip (default: one call).")
         ] = False,
         pace: PaceOpt = Pace.realtime,
+        line: Annotated[
+            Line, typer.Option(help="phone: every clip through the phone codec (8 kHz mu-law).")
+        ] = Line.wideband,
         check: Annotated[
             bool, typer.Option(help="Exit 1 when an eval limit (or, real-time, the budget) breaks.")
         ] = False,
@@ -118,6 +131,7 @@ def register(app: typer.Typer) -> None:
                     evaluate(
                         clips, out_dir, settings=settings, models=models, engine=engine,
                         budget=the_budget, limits=limits, pace=pace, per_clip=per_clip,
+                        line=line,
                     )
                 )  # fmt: skip
         write_reports(

@@ -18,6 +18,7 @@ from agent.replay import replay_call
 from agent.settings import Settings
 from agent.timing.budget import Budget, EvalLimits, rounded_percentile
 from agent.timing.summary import summarize
+from agent.transports.phone import through_phone_line
 from agent.transports.replay import ReplayTurn
 
 ANSWER_PROBLEMS = ("empty", "repeated", "repeated_sentence", "loop", "echo")
@@ -82,11 +83,19 @@ async def evaluate(
     limits: EvalLimits,
     pace: str = "realtime",
     per_clip: bool = False,
+    line: str = "wideband",
 ) -> dict[str, Any]:
-    """Replay and grade every clip; writes ``eval.json`` (and each call's files) to out_dir."""
+    """Replay and grade every clip; writes ``eval.json`` (and each call's files) to out_dir.
+
+    ``line="phone"``: every clip goes through the phone bridge's codec (8 kHz mu-law and our
+    resamplers) first, and the call runs with the phone line's settings, as a phone call would.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     rate = settings.sample_rate
-    turns = [ReplayTurn(name=str(c.path), samples=load_audio(c.path, rate)) for c in clips]
+    heard = through_phone_line if line == "phone" else (lambda x: x)
+    if line == "phone":
+        settings = settings.for_phone()
+    turns = [ReplayTurn(str(c.path), heard(load_audio(c.path, rate))) for c in clips]
     offline = [models.decoder.offline(t.samples.astype(np.float32) / 32768.0) for t in turns]
     if per_clip:
         groups = [[i] for i in range(len(clips))]
@@ -115,6 +124,7 @@ async def evaluate(
     report = {
         "pace": pace,
         "per_clip": per_clip,
+        "line": line,
         "asr_model": settings.asr.model,
         "llm_model": settings.llm.model,
         "overall": figures,

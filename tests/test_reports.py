@@ -41,11 +41,11 @@ def records(run: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
-    """One real replay run: real speech, real models (about 40 s)."""
+    """One real replay run: real speech, real models, at compute pace."""
     out = tmp_path_factory.mktemp("run")
     done = subprocess.run(
         [sys.executable, "-m", "agent.cli", "replay", *(str(SAMPLES / c) for c in CLIPS),
-         "--out", str(out)],
+         "--out", str(out), "--pace", "compute"],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]

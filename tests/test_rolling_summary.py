@@ -30,10 +30,12 @@ LINE = re.compile(
 )
 
 
-def replay_records(out: Path, env: dict[str, str] | None = None) -> list[dict[str, Any]]:
+def replay_records(
+    out: Path, env: dict[str, str] | None = None, pace: str = "compute"
+) -> list[dict[str, Any]]:
     """Replay the two sample turns in a real agent process; its turns.jsonl records."""
     done = subprocess.run(
-        [sys.executable, "-m", "agent.cli", "replay", *SAMPLES, "--out", str(out)],
+        [sys.executable, "-m", "agent.cli", "replay", *SAMPLES, "--out", str(out), "--pace", pace],
         cwd=PROJECT_ROOT, env={**os.environ, **(env or {})}, capture_output=True,
         text=True, timeout=300,
     )  # fmt: skip

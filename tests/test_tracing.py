@@ -82,7 +82,9 @@ def replayed(
     """A real replay exporting to the collector: records, run folder, wall-clock window (ns)."""
     out = tmp_path_factory.mktemp("replay") / "run"
     before = time.time_ns()
-    records = replay_records(out, env={"VOICE_AGENT_OTEL_ENDPOINT": collector.url})
+    # Real-time pace: the spans are placed on the wall clock.
+    env = {"VOICE_AGENT_OTEL_ENDPOINT": collector.url}
+    records = replay_records(out, env=env, pace="realtime")
     return records, out, before, time.time_ns()
 
 

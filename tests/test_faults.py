@@ -203,7 +203,9 @@ async def test_engine_killed_mid_answer_is_restarted_and_the_next_turn_is_answer
         assert await ask(phone, question("new_home_in_the_stars.wav")) is not None
         await asyncio.sleep(1.0)
         assert await phone.hang_up(30)
-    first, second = turn_records(server.calls("phone")[-1])[:2]
+    # The first and the last turn: a loaded machine may hear a question as two turns.
+    records = turn_records(server.calls("phone")[-1])
+    first, second = records[0], records[-1]
     assert any("restarting the llama.cpp server" in e for e in first["errors"]), first["errors"]
     assert "lost my train of thought" in first["bot_text"], first["bot_text"]
     assert second["errors"] == [] and second["llm"]["completion_tokens"] > 0, second
@@ -329,7 +331,8 @@ async def test_slow_engine_gets_the_fallback_sentence_then_recovers(short):
         assert await ask(phone, question("new_home_in_the_stars.wav")) is not None
         assert await phone.wait_quiet(1.0, 60)
         assert await phone.hang_up(30)
-    first, second = turn_records(served.calls("phone")[-1])[:2]
+    records = turn_records(served.calls("phone")[-1])  # (the first and the last turn)
+    first, second = records[0], records[-1]
     assert "lost my train of thought" in first["bot_text"] and first["errors"], first
     assert "Timeout" in first["errors"][0], first["errors"]
     # No error: the engine answered (the tiny model may well echo the apology it sees in

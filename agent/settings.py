@@ -142,6 +142,10 @@ class LLMSettings(BaseModel):
     context_size: int = Field(2048, ge=256)
     max_tokens: int = Field(48, ge=1, description="spoken answers are short")
     temperature: float = Field(0.2, ge=0)
+    seed: int | None = Field(
+        0, description="sampling seed of every request, so the same words get the same answer "
+        "(compute-paced replays repeat a call exactly); None: random"
+    )
     history_turns: int = Field(4, ge=0, description="user/assistant pairs kept in the prompt")
     system_prompt: str = SYSTEM_PROMPT
     timeout_secs: float = Field(

@@ -175,7 +175,10 @@ def short(models, server, tmp_path_factory) -> Iterator[tuple[InProcessServer, D
     settings = Settings(llm={"engine": "openai", "base_url": f"http://127.0.0.1:{proxy.port}/v1",
                              "max_tokens": 16, "timeout_secs": 15.0, "keepalive_secs": 0,
                              "speculate": False})  # fmt: skip
-    engine = OpenAIChatEngine(f"http://127.0.0.1:{proxy.port}/v1", "smollm2", settings.llm)
+    key = engine_of(server).server.api_key  # the proxy passes the request on as it is
+    engine = OpenAIChatEngine(
+        f"http://127.0.0.1:{proxy.port}/v1", "smollm2", settings.llm, api_key=key
+    )
     voice = FaultInjectedVoice(models.voice)
     decoder = FaultInjectedDecoder(models.decoder)
     faulty = AgentModels(decoder=decoder, voice=voice, turn=models.turn)  # type: ignore[arg-type]

@@ -58,6 +58,7 @@ class OpenAIChatEngine:
     ) -> None:
         """``api_key``: the key of a server the agent started (default: ``llm.api_key``)."""
         self.model = model
+        self._seed = settings.seed
         key = api_key if api_key is not None else settings.api_key.get_secret_value()
         self._client = openai.AsyncOpenAI(
             base_url=base_url, api_key=key, timeout=settings.timeout_secs, max_retries=0,
@@ -71,6 +72,7 @@ class OpenAIChatEngine:
             messages=messages,  # type: ignore[arg-type]
             max_tokens=max_tokens,
             temperature=temperature,
+            **({"seed": self._seed} if self._seed is not None else {}),
             stream=True,
             stream_options={"include_usage": True},
         )
@@ -114,6 +116,7 @@ class InProcessLlama:
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
         self.model = gguf.stem
+        self._seed = settings.seed
         self.llm = Llama(
             model_path=str(gguf),
             n_ctx=settings.context_size,
@@ -185,7 +188,7 @@ class InProcessLlama:
         cached = self._cached(tokens)
         produced = 0
         for chunk in self.llm.create_completion(
-            tokens, max_tokens=max_tokens, temperature=temperature, stream=True,
+            tokens, max_tokens=max_tokens, temperature=temperature, stream=True, seed=self._seed,
             stop=self._stop,
         ):  # fmt: skip
             if stop.is_set():

@@ -48,7 +48,6 @@ def replay_records(
 def live_call(settings: Settings, budget: Budget, calls_dir: Path) -> LiveCall:
     """A LiveCall ready for turns (no models: only its bookkeeping runs)."""
     call = LiveCall(Runtime(settings, None, None, budget), calls_dir, kind="test")  # type: ignore[arg-type]
-    call.dir.mkdir(parents=True)
     call._timer = TurnTimer(call.clock, budget)
     return call
 

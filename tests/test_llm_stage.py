@@ -200,19 +200,19 @@ async def test_a_changed_or_resumed_turn_drops_the_speculative_answer(inprocess,
         settings.llm.model_copy(update={"keepalive_secs": 0, "max_tokens": 12}),
         CallClock(),
     )
+    tap = Tap(CallClock())
     paris, spain = context("What is the capital of France?"), context("Tell me about Spain.")
-    down, _ = await run_test(
-        llm,
-        frames_to_send=[
-            SpeculativeTurnFrame(messages=list(paris.messages)),
-            SleepFrame(sleep=0.5),
-            VADUserStartedSpeakingFrame(),  # the caller went on talking
-            SpeculativeTurnFrame(messages=list(paris.messages)),
-            SleepFrame(sleep=1.0),
-            LLMContextFrame(context=spain),  # the final transcript differs
-            SleepFrame(sleep=5.0),
-        ],
-    )
+
+    def frames():
+        yield SpeculativeTurnFrame(messages=list(paris.messages))
+        yield SleepFrame(sleep=0.5)
+        yield VADUserStartedSpeakingFrame()  # the caller went on talking
+        yield SpeculativeTurnFrame(messages=list(paris.messages))
+        yield SleepFrame(sleep=1.0)
+        yield LLMContextFrame(context=spain)  # the final transcript differs
+        yield from wait_until(lambda: LLMFullResponseEndFrame in tap.seen)
+
+    down, _ = await run_test(Pipeline([llm, tap]), frames_to_send=frames())
     assert sum(isinstance(f, LLMFullResponseStartFrame) for f in down) == 1
     (usage,) = [f for f in down if isinstance(f, LLMUsageFrame)]
     assert not usage.speculative and usage.speculation_misses == 2
@@ -230,15 +230,20 @@ async def test_the_turn_so_far_is_prefilled_while_the_caller_speaks(inprocess, s
     )
     said = f"Could you tell me how far the {'moon' if prefill else 'sun'} is from the earth?"
     so_far = context(said.rsplit(" ", 2)[0])  # the last interim lacks the last two words
-    down, _ = await run_test(
-        llm,
-        frames_to_send=[
-            PartialTurnFrame(messages=list(so_far.messages)),
-            SleepFrame(sleep=1.0),  # the caller says the last words
-            LLMContextFrame(context=context(said)),
-            SleepFrame(sleep=2.0),
-        ],
+    tap = Tap(CallClock())
+    s = settings.llm
+    partial = inprocess._tokens(
+        prompt_messages(s.system_prompt, so_far.messages, s.history_turns), open_end=True
     )
+
+    def frames():
+        yield PartialTurnFrame(messages=list(so_far.messages))
+        # the caller says the last words (meanwhile, with prefill on, the cache takes the rest)
+        yield from wait_until(lambda: not prefill or inprocess._cached(partial) == len(partial))
+        yield LLMContextFrame(context=context(said))
+        yield from wait_until(lambda: LLMFullResponseEndFrame in tap.seen)
+
+    down, _ = await run_test(Pipeline([llm, tap]), frames_to_send=frames())
     (usage,) = [f for f in down if isinstance(f, LLMUsageFrame)]
     # Left to prefill at the turn's end: the user text and the answer header, or (prefilled)
     # only its last two words and the header.

@@ -53,7 +53,7 @@ from agent.recognition.turn_detector import TurnDetector, TurnModels
 from agent.recognition.whisper_decoder import RATE, WhisperDecoder
 from agent.settings import Settings, TurnSettings
 from agent.timing.budget import rounded_percentile
-from agent.transports.phone import through_phone_line
+from agent.transports.g711 import through_phone_line
 
 SAMPLES = Path(__file__).resolve().parents[1] / "agent" / "samples"
 FRAME = RATE * 20 // 1000

@@ -43,7 +43,7 @@ from agent.pipeline import AgentModels, llm_engine
 from agent.replay import replay_call
 from agent.settings import Settings
 from agent.timing.budget import load_budget, rounded_percentile
-from agent.transports.phone import PHONE_RATE, through_phone_line
+from agent.transports.g711 import PHONE_RATE, through_phone_line
 from agent.transports.replay import ReplayTurn
 
 SAMPLES = Path(__file__).resolve().parents[1] / "agent" / "samples"

@@ -23,10 +23,10 @@ import numpy as np
 
 from agent import model_store
 from agent.audio import load_audio
-from agent.recognition.transcribe import TranscriptEvent, transcribe_stream
 from agent.recognition.whisper_decoder import RATE, WhisperDecoder
 from agent.settings import Settings
 from agent.timing.budget import rounded_percentile
+from agent.tools.transcribe import TranscriptEvent, transcribe_stream
 from agent.transports.replay import ReplayTurn
 
 SAMPLES = Path(__file__).resolve().parents[1] / "agent" / "samples"

@@ -34,7 +34,8 @@ from agent.pipeline import run_pipeline  # noqa: E402
 from agent.settings import Settings, load_settings  # noqa: E402
 from agent.timing.budget import rounded_percentile  # noqa: E402
 from agent.timing.callwav import load_thresholds, measure_call  # noqa: E402
-from agent.transports.replay import ReplayInput, ReplayTurn, SimulatedSpeakerOutput  # noqa: E402
+from agent.transports.pacing import PacedOutput  # noqa: E402
+from agent.transports.replay import ReplayInput, ReplayTurn  # noqa: E402
 
 SAMPLES = ROOT / "agent" / "samples"
 DEFAULT_CLIPS = ["new_home_in_the_stars.wav", "ldc93s1.wav", "jfk_part1.wav", "jfk_part2.wav"]
@@ -84,7 +85,7 @@ async def _stock_call(
     transport_in = ReplayInput(
         turns, clock, recorder, rate=rate, answer_timeout_secs=answer_timeout
     )
-    transport_out = SimulatedSpeakerOutput(clock, recorder, rate=rate)
+    transport_out = PacedOutput(clock, recorder, rate=rate)
     pipeline = build_stock_pipeline(
         transport_in,
         transport_out,

@@ -18,7 +18,7 @@ from websockets.exceptions import ConnectionClosed
 
 from agent.audio import load_audio, speech_bounds
 from agent.live.caller import PhoneCaller
-from agent.transports.phone import (
+from agent.transports.g711 import (
     Rate2Converter,
     mulaw_decode,
     mulaw_encode,

@@ -29,7 +29,7 @@ import numpy as np
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from agent.transports.phone import PHONE_RATE, Rate2Converter, mulaw_decode, mulaw_encode
+from agent.transports.g711 import PHONE_RATE, Rate2Converter, mulaw_decode, mulaw_encode
 
 FRAME_SECS = 0.02
 FRAME_BYTES = int(PHONE_RATE * FRAME_SECS)

@@ -36,6 +36,7 @@ from agent.llm.cli import llm_app
 from agent.redact import redact_text, redact_values
 from agent.reports.cli import reports_app
 from agent.timing.budget import load_budget
+from agent.timing.timeline import PART_STAGES
 
 app = typer.Typer(
     help="Real-time voice agent: streaming Whisper -> small LLM -> Piper, timed turn by turn.",
@@ -139,11 +140,6 @@ def transcribe(
             )
 
 
-STAGE_COLUMNS = (
-    "endpointing", "stt_final", "llm_ttft", "first_phrase", "tts_ttfb", "transport_out",
-)  # fmt: skip
-
-
 def _ms(value: float | None) -> str:
     return "–" if value is None else f"{value:.0f}"
 
@@ -154,7 +150,7 @@ def _print_turns(turns_file: Path) -> None:
     table.add_column("user", max_width=36, no_wrap=True, overflow="ellipsis")
     table.add_column("bot", max_width=36, no_wrap=True, overflow="ellipsis")
     table.add_column("v2v ms", justify="right", style="bold")
-    for name in STAGE_COLUMNS:
+    for name in PART_STAGES:
         table.add_column(name, justify="right")
     table.add_column("budget")
     for line in turns_file.read_text().splitlines():
@@ -163,7 +159,7 @@ def _print_turns(turns_file: Path) -> None:
         verdict = f"[red]over: {', '.join(failed)}[/red]" if failed else "[green]ok[/green]"
         table.add_row(
             str(r["turn"]), r["user_text"], r["bot_text"], _ms(r["voice_to_voice_ms"]),
-            *(_ms(r["stages"][n]) for n in STAGE_COLUMNS), verdict,
+            *(_ms(r["stages"][n]) for n in PART_STAGES), verdict,
         )  # fmt: skip
     out.print(table)
 

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import re
-from pathlib import Path
 
 import jiwer
 import pytest
 
 from agent.settings import Settings
+from benchmarks import clips
+from benchmarks.clips import SAMPLES
 
-SAMPLES = Path(__file__).resolve().parents[1] / "agent" / "samples"
+__all__ = ["SAMPLES", "normalise", "wer"]
 
 
 def normalise(text: str) -> str:
@@ -24,8 +24,7 @@ def wer(reference: str, hypothesis: str) -> float:
 
 @pytest.fixture(scope="session")
 def manifest() -> dict[str, dict]:
-    lines = (SAMPLES / "manifest.jsonl").read_text().splitlines()
-    return {m["file"]: m for m in map(json.loads, lines)}
+    return clips.manifest()
 
 
 @pytest.fixture(scope="session")

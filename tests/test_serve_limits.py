@@ -25,9 +25,9 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from agent.audio import load_audio
 from agent.csp import inline_hashes
-from agent.live.caller import PhoneCaller
 from agent.live.server import page
 from agent.transports.g711 import Rate2Converter, mulaw_encode
+from benchmarks.caller import PhoneCaller
 from tests.conftest import SAMPLES
 from tests.live_server import Server, serving
 

@@ -3,16 +3,18 @@ phrase's busy window reported upstream (the LLM stage pauses decoding inside it)
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from pipecat.frames.frames import LLMFullResponseEndFrame, TTSAudioRawFrame, TTSTextFrame
 from pipecat.tests.utils import SleepFrame, run_test
 
-from agent import model_store
 from agent.frames import FirstPhraseAheadFrame, FirstPhraseSynthesisFrame, PhraseFrame
 from agent.synthesis.piper_tts import PiperTTS, PiperVoiceModel
 
 
 async def test_first_phrase_synthesis_is_reported_upstream_and_phrases_keep_order(settings):
-    voice = PiperVoiceModel(model_store.resolve(settings.tts.voice, "tts", settings.models_dir))
+    voice = PiperVoiceModel.from_settings(settings.tts, settings.models_dir)
     phrases = ["Hello there,", "how can I help you today?"]
     answer = [PhraseFrame(text=t) for t in phrases]
     down, up = await run_test(
@@ -35,8 +37,8 @@ async def test_first_phrase_synthesis_is_reported_upstream_and_phrases_keep_orde
 class CountingVoice(PiperVoiceModel):
     """The real voice, counting which texts it synthesises."""
 
-    def __init__(self, voice_path) -> None:
-        super().__init__(voice_path)
+    def __init__(self, voice_path: Path, **tuning: Any) -> None:
+        super().__init__(voice_path, **tuning)
         self.texts: list[str] = []
 
     def synthesize(self, text: str, out_rate: int):
@@ -45,7 +47,7 @@ class CountingVoice(PiperVoiceModel):
 
 
 async def test_a_held_answers_first_phrase_is_synthesised_once_ahead_of_its_turn(settings):
-    voice = CountingVoice(model_store.resolve(settings.tts.voice, "tts", settings.models_dir))
+    voice = CountingVoice.from_settings(settings.tts, settings.models_dir)
     ahead = voice.synthesize("Hi", 16000)
     voice.texts.clear()
     down, _ = await run_test(

@@ -41,6 +41,7 @@ from pipecat.frames.frames import (
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from piper import PiperConfig, PiperVoice, SynthesisConfig
 
+from agent import model_store
 from agent.frames import (
     FirstPhraseAheadFrame,
     FirstPhraseSynthesisFrame,
@@ -48,6 +49,7 @@ from agent.frames import (
     PhraseFrame,
     StageErrorFrame,
 )
+from agent.settings import TTSSettings
 
 
 def load_voice(voice_path: Path, threads: int | None = None) -> PiperVoice:
@@ -111,6 +113,17 @@ class PiperVoiceModel:
         self.voice = load_voice(voice_path, threads)
         self.rate = self.voice.config.sample_rate
         self._config = SynthesisConfig(length_scale=length_scale, noise_w_scale=noise_w_scale)
+
+    @classmethod
+    def from_settings(cls, tts: TTSSettings, models_dir: Path) -> PiperVoiceModel:
+        """The voice the settings name (a default voice or a Piper .onnx), tuned as they say:
+        the one loader calls, benchmarks and tests share."""
+        return cls(
+            model_store.resolve(tts.voice, "tts", models_dir),
+            length_scale=tts.length_scale,
+            threads=tts.threads,
+            noise_w_scale=tts.noise_w_scale,
+        )
 
     def synthesize(self, text: str, out_rate: int) -> np.ndarray:
         chunks = [c.audio_int16_array for c in self.voice.synthesize(text, self._config)]

@@ -28,6 +28,8 @@ STAGES: dict[str, tuple[str, str]] = {
 }
 
 STAGE_NAMES = tuple(STAGES)
+# The stages voice_to_voice is made of (with the stt_to_llm gap), in timeline order.
+PART_STAGES = tuple(name for name in STAGE_NAMES if name != "voice_to_voice")
 
 
 def _diff(events: dict[str, float | None], a: str, b: str) -> float | None:

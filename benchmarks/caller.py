@@ -1,6 +1,6 @@
 """A simulated phone: what Twilio Media Streams would send to ``/phone``, and what it hears.
 
-Used by the tests and ``scripts/bench_live.py``; also handy to smoke-test a running server.
+Used by the tests and ``benchmarks/live.py``; also handy to smoke-test a running server.
 Like a real phone line it sends 20 ms of 8 kHz mu-law every 20 ms for the whole call
 (silence between utterances), speaks audio files on demand, and records when each frame
 went out and when each reply message came in, so latency can be measured from the

@@ -18,7 +18,7 @@ gets the same conversation and barge-ins, on its own after the llama.cpp arms (s
 worker does not share the two cores with them); its barge-in stop is read off its
 /metrics counter of generated tokens. Prints tables and writes JSON.
 
-    .venv/bin/python scripts/bench_llm.py [--turns 10] [--barge-ins 5] [--out runs/bench_llm.json]
+    .venv/bin/python -m benchmarks.llm [--turns 10] [--barge-ins 5] [--out runs/bench_llm.json]
 """
 
 from __future__ import annotations

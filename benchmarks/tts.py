@@ -8,7 +8,7 @@ previous phrase finished playing (a gap the caller would hear). Also Piper's rea
 factor over all phrases. As in the pipeline, llama.cpp pauses decoding while the first
 phrase is synthesised (``llm.pause_for_first_phrase``); two settings run without it too.
 
-    .venv/bin/python scripts/bench_tts.py [--rounds 2] [--out runs/bench_tts.json]
+    .venv/bin/python -m benchmarks.tts [--rounds 2] [--out runs/bench_tts.json]
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ async def main() -> None:
     llm = InProcessLlama(
         model_store.resolve(settings.llm.model, "llm", settings.models_dir), settings.llm
     )
-    voice = PiperVoiceModel(model_store.resolve(settings.tts.voice, "tts", settings.models_dir))
+    voice = PiperVoiceModel.from_settings(settings.tts, settings.models_dir)
     voice.synthesize("Warm up.", RATE)
     pool = ThreadPoolExecutor(max_workers=1)
 

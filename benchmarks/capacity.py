@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
 import tempfile
@@ -45,6 +44,7 @@ from benchmarks.memory import (
     tree_peak_rss_kib,
     tree_rss_kib,
 )
+from benchmarks.results import write_json
 from benchmarks.soak import MAX_CALLERS, Soak, report, start_server, stop_server
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -187,8 +187,7 @@ def main() -> int:
         "calls_held_within_budget": held,
         "server_crashed": crashed,
     }  # fmt: skip
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.out, result)
     print_table(result)
     print(f"wrote {args.out}")
     return 1 if crashed else 0

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +54,7 @@ from agent.settings import Settings, TurnSettings
 from agent.timing.budget import rounded_percentile
 from agent.transports.g711 import through_phone_line
 from benchmarks.clips import load_clip
+from benchmarks.results import write_json
 
 FRAME = RATE * 20 // 1000
 TAIL_SECS = 4.0
@@ -260,8 +260,7 @@ async def main() -> None:
         "defaults": settings.turn.model_dump(),
         "grid": rows,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
+    write_json(args.out, report)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ from agent.transports.g711 import PHONE_RATE, through_phone_line
 from agent.transports.replay import ReplayTurn
 from benchmarks.caller import PhoneCaller
 from benchmarks.clips import load_clip, whole_sentences
+from benchmarks.results import write_json
 
 CLIPS = whole_sentences()
 RATE = 16000
@@ -266,8 +267,7 @@ def main() -> None:
             f"  no clear: the bot's audio kept arriving {a['bot_talking_ms']:.0f} ms after the "
             f"caller started ({a['answer_audio_before_cut_s']} s of answer)"
         )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.out, result)
     print(f"\nwritten: {args.out}")
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import signal
 import subprocess
@@ -41,6 +40,7 @@ from agent.timing.budget import rounded_percentile
 from benchmarks.caller import PhoneCaller
 from benchmarks.clips import CLIPS, load_clip
 from benchmarks.memory import tree_rss_kib
+from benchmarks.results import write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_CALLERS = 16
@@ -253,7 +253,7 @@ def main() -> int:
         finally:
             crashed = proc is not None and stop_server(proc)
     result = report(soak, crashed)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.out, result)
     print_table(result)
     print(f"result: {args.out}")
     return 1 if result["targets_missed"] else 0

@@ -28,6 +28,7 @@ from agent.timing.budget import rounded_percentile
 from agent.tools.transcribe import TranscriptEvent, transcribe_stream
 from agent.transports.replay import ReplayTurn
 from benchmarks import clips
+from benchmarks.results import write_json
 
 
 def norm(text: str) -> str:
@@ -125,8 +126,7 @@ async def main() -> None:
         "transcripts": {"streaming": ours[:n], "offline": offline},
     }
     print(json.dumps({k: v for k, v in report.items() if k != "transcripts"}, indent=2))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
+    write_json(args.out, report)
 
 
 if __name__ == "__main__":

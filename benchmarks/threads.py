@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import os
 import sys
 import time
@@ -45,6 +44,7 @@ from agent.timing.callwav import load_thresholds, measure_call
 from agent.timing.summary import stage_stats, stage_values
 from agent.timing.timeline import PART_STAGES
 from benchmarks.clips import CLIPS, SAMPLES
+from benchmarks.results import write_json
 from benchmarks.turns import mode_summary, run_ours
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,8 +134,7 @@ def main() -> int:
         "summary": summary,
         "turns": turns,
     }  # fmt: skip
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_json(args.out, report)
     print_table(summary)
     print(f"wrote {args.out}")
     return 0

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -28,6 +27,7 @@ from agent.synthesis.chunker import split_phrase
 from agent.synthesis.piper_tts import PiperVoiceModel
 from agent.synthesis.speakable import speakable
 from agent.timing.budget import rounded_percentile
+from benchmarks.results import write_json
 
 RATE = 16000
 USER_TURNS = [
@@ -161,8 +161,7 @@ async def main() -> None:
             f"{row['first_phrase_plus_tts_ttfb_p95_ms']!s:>8} "
             f"{row['audible_gaps']}/{row['later_phrases']:<4}"
         )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
+    write_json(args.out, report)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from agent.timing.timeline import PART_STAGES
 from agent.transports.pacing import PacedOutput
 from agent.transports.replay import ReplayInput, ReplayTurn
 from benchmarks.clips import CLIPS, SAMPLES
+from benchmarks.results import write_json
 from benchmarks.stock_pipecat import build_stock_pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -182,8 +183,7 @@ def main() -> int:
         "ratio_stock_over_ours_p50": ratio,
         "turns": results,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_json(args.out, report)
 
     print(f"\n{'mode':<6} {'turns':>5} {'answered':>8} {'early':>5} {'v2v p50':>8} {'v2v p95':>8}")
     for m in ("ours", "stock"):

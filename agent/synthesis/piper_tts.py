@@ -42,6 +42,7 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from piper import PiperConfig, PiperVoice, SynthesisConfig
 
 from agent import model_store
+from agent.errors import error_line
 from agent.frames import (
     FirstPhraseAheadFrame,
     FirstPhraseSynthesisFrame,
@@ -196,10 +197,7 @@ class PiperTTS(FrameProcessor):
                         audio = await self._synthesize_first(frame.text)
             except Exception as exc:  # noqa: BLE001 - one bad phrase must not end the call
                 self._answer_failed = True
-                detail = " ".join(str(exc).split())[:160]
-                await self.push_frame(
-                    StageErrorFrame(stage="tts", error=f"{type(exc).__name__}: {detail}")
-                )
+                await self.push_frame(StageErrorFrame(stage="tts", error=error_line(exc)))
                 continue
             if not self._speaking:
                 await self.push_frame(TTSStartedFrame())

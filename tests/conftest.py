@@ -1,17 +1,64 @@
-"""Shared fixtures: the real sample speech and the real default models."""
+"""Shared fixtures: the real sample speech and the real default models; and the tiers.
+
+Tests that load a real model, or run the command line or a server that does, are ``slow``:
+by module (``pytestmark``), by using one of ``SLOW_FIXTURES``, or one by one. The fast tier
+(``pytest -m "not slow"``) runs without any model: there a test that reaches for one fails at
+once, saying to mark it slow.
+"""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import jiwer
 import pytest
 
+from agent import model_store
+from agent.recognition.turn_detector import TurnModels
 from agent.settings import Settings
 from benchmarks import clips
 from benchmarks.clips import SAMPLES
 
 __all__ = ["SAMPLES", "normalise", "wer"]
+
+# Fixtures that hold a real model, or a run or server made with them.
+SLOW_FIXTURES = frozenset({"decoder", "inprocess", "models", "piper", "replayed", "run"})
+REAL_MODELS = Settings().models_dir.resolve()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
+class NeedsRealModel(AssertionError):
+    """A fast-tier test reached for a real model."""
+
+
+@pytest.fixture(autouse=True)
+def _fast_tier_loads_no_model(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path_factory
+) -> None:
+    """Keeps the fast tier fast and model-free: outside ``slow`` tests the models folder is
+    an empty one (for child processes too) and the real one cannot be resolved."""
+    if request.node.get_closest_marker("slow"):
+        return
+    empty = tmp_path_factory.mktemp("fast-tier-has-no-models-mark-the-test-slow")
+    monkeypatch.setenv("VOICE_AGENT_MODELS", str(empty))
+    resolve = model_store.resolve
+
+    def refuse_real(key_or_path: str, role: str, models_dir: Path) -> Path:
+        if Path(models_dir).resolve() == REAL_MODELS:
+            raise NeedsRealModel(f"this test loads the real {role} model: mark it slow")
+        return resolve(key_or_path, role, models_dir)
+
+    def refuse_turn_models() -> TurnModels:
+        raise NeedsRealModel("this test loads the VAD and Smart Turn models: mark it slow")
+
+    monkeypatch.setattr(model_store, "resolve", refuse_real)
+    monkeypatch.setattr(TurnModels, "load", refuse_turn_models)
 
 
 def normalise(text: str) -> str:

@@ -60,6 +60,7 @@ def test_eval_grades_what_was_heard_and_when_the_bot_spoke(run):
     assert "WER streaming" in done.stdout and "eval verdict" in done.stdout
 
 
+@pytest.mark.slow
 def test_check_exits_1_when_an_eval_limit_breaks(manifest, tmp_path):
     strict = tmp_path / "budget.yaml"
     strict.write_text(

@@ -36,6 +36,8 @@ from benchmarks.caller import PhoneCaller
 from tests.conftest import SAMPLES
 from tests.live_server import InProcessServer, serving_in_process, wait_until
 
+pytestmark = pytest.mark.slow
+
 RATE = 16000
 # Long answers, so there is an answer in progress to kill or hang up on.
 LONG_ANSWERS = (

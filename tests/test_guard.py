@@ -52,6 +52,7 @@ def test_checkers():
         load_checker(TTSSettings(guard_checker="no_such_module:check"))
 
 
+@pytest.mark.slow
 async def test_guard_stops_the_real_llm_and_closes_the_answer(settings):
     gguf = model_store.resolve(settings.llm.model, "llm", settings.models_dir)
     engine = InProcessLlama(gguf, settings.llm)

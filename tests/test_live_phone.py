@@ -27,6 +27,8 @@ from benchmarks.caller import PhoneCaller
 from tests.conftest import SAMPLES, wer
 from tests.live_server import serving
 
+pytestmark = pytest.mark.slow
+
 RATE = 16000
 
 

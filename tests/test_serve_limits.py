@@ -31,6 +31,8 @@ from benchmarks.caller import PhoneCaller
 from tests.conftest import SAMPLES
 from tests.live_server import Server, serving
 
+pytestmark = pytest.mark.slow
+
 MAX_CALLS = 8
 NO_MEDIA_SECS = 3
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

@@ -27,6 +27,8 @@ from benchmarks.caller import SILENCE, PhoneCaller
 from tests.conftest import SAMPLES
 from tests.live_server import InProcessServer, serving_in_process, wait_until
 
+pytestmark = pytest.mark.slow
+
 RATE = 16000
 DATA = Path(__file__).parent / "data"
 

@@ -1,0 +1,58 @@
+"""Bot audio out at playback pace, as every transport writes it: a barge-in stops the bot
+where the listener is, a hold pauses it; timed on the call clock, no model needed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+from pipecat.frames.frames import InterruptionFrame, OutputAudioRawFrame
+from pipecat.tests.utils import SleepFrame, run_test
+
+from agent.clock import CallClock, CallRecorder
+from agent.frames import HoldBotAudioFrame, TimelineEventFrame
+from agent.transports.pacing import PacedOutput
+
+RATE = 16000
+
+
+def bot_audio(secs: float) -> OutputAudioRawFrame:
+    tone = 3000 * np.sin(np.arange(int(secs * RATE)) * 2 * np.pi * 220 / RATE)
+    return OutputAudioRawFrame(audio=tone.astype(np.int16).tobytes(), sample_rate=RATE,
+                               num_channels=1)  # fmt: skip
+
+
+def events(frames: list, name: str) -> list[float]:
+    return [f.at_ms for f in frames if isinstance(f, TimelineEventFrame) and f.event == name]
+
+
+def bot_channel(recorder: CallRecorder, path: Path) -> np.ndarray:
+    recorder.save(path)
+    audio, _ = sf.read(path, dtype="int16")
+    return audio[:, 1]
+
+
+async def test_a_barge_in_stops_the_bot_where_the_listener_is(tmp_path: Path) -> None:
+    clock, recorder = CallClock(), CallRecorder(RATE)
+    down, _ = await run_test(
+        PacedOutput(clock, recorder, rate=RATE),
+        frames_to_send=[bot_audio(1.0), SleepFrame(sleep=0.3), InterruptionFrame(),
+                        SleepFrame(sleep=0.1)],  # fmt: skip
+    )
+    (first,), (cut,) = events(down, "first_audio_out"), events(down, "interrupted")
+    assert 200 <= cut - first <= 500  # a second of audio, cut about 0.3 s in
+    played = np.flatnonzero(bot_channel(recorder, tmp_path / "call.wav"))
+    assert abs(played[-1] / RATE * 1000 - cut) <= 25  # nothing after the cut was kept
+
+
+async def test_a_hold_pauses_the_bot_and_its_release_resumes_the_same_stretch() -> None:
+    clock, recorder = CallClock(), CallRecorder(RATE)
+    down, _ = await run_test(
+        PacedOutput(clock, recorder, rate=RATE),
+        frames_to_send=[HoldBotAudioFrame(hold=True), bot_audio(0.2), SleepFrame(sleep=0.2),
+                        HoldBotAudioFrame(hold=False), SleepFrame(sleep=0.3)],  # fmt: skip
+    )
+    (first,) = events(down, "first_audio_out")
+    assert first >= 180  # nothing was written while held
+    assert events(down, "interrupted") == []

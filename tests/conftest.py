@@ -1,14 +1,15 @@
 """Shared fixtures: the real sample speech and the real default models; and the tiers.
 
-Tests that load a real model, or run the command line or a server that does, are ``slow``:
-by module (``pytestmark``), by using one of ``SLOW_FIXTURES``, or one by one. The fast tier
-(``pytest -m "not slow"``) runs without any model: there a test that reaches for one fails at
-once, saying to mark it slow.
+Tests that load a real model (or run a command or server that does), start a browser or
+import the whole agent in child processes are ``slow``: by module (``pytestmark``), by using
+one of ``SLOW_FIXTURES``, or one by one. The fast tier (``pytest -m "not slow"``) runs
+without any model: there a test that reaches for one fails at once, saying to mark it slow.
 """
 
 from __future__ import annotations
 
 import re
+import tempfile
 from pathlib import Path
 
 import jiwer
@@ -23,8 +24,14 @@ from benchmarks.clips import SAMPLES
 __all__ = ["SAMPLES", "normalise", "wer"]
 
 # Fixtures that hold a real model, or a run or server made with them.
-SLOW_FIXTURES = frozenset({"decoder", "inprocess", "models", "piper", "replayed", "run"})
+SLOW_FIXTURES = frozenset({"decoder", "eval_run", "inprocess", "models", "piper", "replayed",
+                           "server"})  # fmt: skip
 REAL_MODELS = Settings().models_dir.resolve()
+FAST_TIER_PATCH = pytest.StashKey[pytest.MonkeyPatch]()
+
+
+class NeedsRealModel(AssertionError):
+    """A fast-tier test reached for a real model."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -33,20 +40,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
-class NeedsRealModel(AssertionError):
-    """A fast-tier test reached for a real model."""
-
-
-@pytest.fixture(autouse=True)
-def _fast_tier_loads_no_model(
-    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path_factory
-) -> None:
-    """Keeps the fast tier fast and model-free: outside ``slow`` tests the models folder is
-    an empty one (for child processes too) and the real one cannot be resolved."""
-    if request.node.get_closest_marker("slow"):
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Keeps the fast tier fast and model-free: outside ``slow`` tests, from before their
+    fixtures are made, the models folder is an empty one (for child processes too) and the
+    real one cannot be resolved, so a test that needs a model fails, saying to mark it."""
+    if item.get_closest_marker("slow"):
         return
-    empty = tmp_path_factory.mktemp("fast-tier-has-no-models-mark-the-test-slow")
-    monkeypatch.setenv("VOICE_AGENT_MODELS", str(empty))
+    patch = item.stash[FAST_TIER_PATCH] = pytest.MonkeyPatch()
+    empty = Path(tempfile.gettempdir()) / "voice-agent-fast-tier-has-no-models-mark-the-test-slow"
+    empty.mkdir(exist_ok=True)
+    patch.setenv("VOICE_AGENT_MODELS", str(empty))
     resolve = model_store.resolve
 
     def refuse_real(key_or_path: str, role: str, models_dir: Path) -> Path:
@@ -57,8 +61,15 @@ def _fast_tier_loads_no_model(
     def refuse_turn_models() -> TurnModels:
         raise NeedsRealModel("this test loads the VAD and Smart Turn models: mark it slow")
 
-    monkeypatch.setattr(model_store, "resolve", refuse_real)
-    monkeypatch.setattr(TurnModels, "load", refuse_turn_models)
+    patch.setattr(model_store, "resolve", refuse_real)
+    patch.setattr(TurnModels, "load", refuse_turn_models)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    patch = item.stash.get(FAST_TIER_PATCH, None)
+    if patch is not None:
+        patch.undo()
 
 
 def normalise(text: str) -> str:

@@ -17,6 +17,7 @@ from agent.llm.service import StreamingLLM
 from agent.settings import TTSSettings
 from agent.synthesis.chunker import PhraseChunker
 from agent.synthesis.guard import PhraseGuard, block_list_checker, load_checker
+from tests.fakes import ScriptedEngine
 
 
 def said(frames) -> list[str]:
@@ -77,3 +78,23 @@ async def test_guard_stops_the_real_llm_and_closes_the_answer(settings):
 def block_past_three_words(text: str) -> bool:
     """A custom checker for the test: the first (short) phrase passes, the window after not."""
     return len(text.split()) > 3
+
+
+async def test_guard_stops_a_scripted_llm_and_closes_the_answer(settings):
+    engine = ScriptedEngine([f" word{i}" for i in range(120)], token_secs=0.002)
+    llm_settings = settings.llm.model_copy(update={"keepalive_secs": 0, "max_tokens": 120})
+    tts = TTSSettings(guard=True, guard_checker="tests.test_guard:block_past_three_words")
+    pipeline = Pipeline(
+        [
+            StreamingLLM(engine, llm_settings, CallClock()),
+            PhraseChunker(first_min_words=2, min_words=3),
+            PhraseGuard(tts),
+        ]
+    )
+    ask = LLMContext(messages=[{"role": "user", "content": "Tell me a long story about a cat."}])
+    down, _ = await run_test(
+        pipeline, frames_to_send=[LLMContextFrame(context=ask), SleepFrame(0.3)]
+    )
+    assert said(down) == [" word0 word1", tts.guard_replacement]
+    assert sum(isinstance(f, LLMFullResponseEndFrame) for f in down) == 1
+    assert engine.decoded < 20  # stopped a few tokens after the blocked phrase

@@ -80,8 +80,14 @@ def block_past_three_words(text: str) -> bool:
     return len(text.split()) > 3
 
 
+STORY = (
+    "Once upon a time, there was a small cat. It lived in a big house by the sea, and every "
+    "day it watched the boats come in. One day a boat came in with a dog on it."
+)
+
+
 async def test_guard_stops_a_scripted_llm_and_closes_the_answer(settings):
-    engine = ScriptedEngine([f" word{i}" for i in range(120)], token_secs=0.002)
+    engine = ScriptedEngine([f" {word}" for word in STORY.split()], token_secs=0.002)
     llm_settings = settings.llm.model_copy(update={"keepalive_secs": 0, "max_tokens": 120})
     tts = TTSSettings(guard=True, guard_checker="tests.test_guard:block_past_three_words")
     pipeline = Pipeline(
@@ -95,6 +101,6 @@ async def test_guard_stops_a_scripted_llm_and_closes_the_answer(settings):
     down, _ = await run_test(
         pipeline, frames_to_send=[LLMContextFrame(context=ask), SleepFrame(0.3)]
     )
-    assert said(down) == [" word0 word1", tts.guard_replacement]
+    assert said(down) == ["Once upon", tts.guard_replacement]
     assert sum(isinstance(f, LLMFullResponseEndFrame) for f in down) == 1
-    assert engine.decoded < 20  # stopped a few tokens after the blocked phrase
+    assert engine.decoded < len(STORY.split()) // 2  # stopped soon after the blocked phrase

@@ -46,13 +46,14 @@ async def test_a_barge_in_stops_the_bot_where_the_listener_is(tmp_path: Path) ->
     assert abs(played[-1] / RATE * 1000 - cut) <= 25  # nothing after the cut was kept
 
 
-async def test_a_hold_pauses_the_bot_and_its_release_resumes_the_same_stretch() -> None:
+async def test_a_hold_pauses_the_bot_and_its_release_resumes_the_answer() -> None:
     clock, recorder = CallClock(), CallRecorder(RATE)
     down, _ = await run_test(
         PacedOutput(clock, recorder, rate=RATE),
-        frames_to_send=[HoldBotAudioFrame(hold=True), bot_audio(0.2), SleepFrame(sleep=0.2),
-                        HoldBotAudioFrame(hold=False), SleepFrame(sleep=1.0)],  # fmt: skip
+        frames_to_send=[bot_audio(0.6), SleepFrame(sleep=0.2), HoldBotAudioFrame(hold=True),
+                        SleepFrame(sleep=0.4), HoldBotAudioFrame(hold=False),
+                        SleepFrame(sleep=0.8)],  # fmt: skip
     )
-    written = events(down, "first_audio_out")
-    assert written and written[0] >= 180  # nothing was written while held
+    first, end = events(down, "first_audio_out")[0], events(down, "bot_audio_end")[-1]
+    assert end - first >= 600 + 300  # all of it played, the hold's pause in between
     assert events(down, "interrupted") == []

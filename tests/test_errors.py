@@ -5,9 +5,9 @@ from __future__ import annotations
 from agent.errors import ERROR_LINE_CHARS, error_line
 
 
-def test_an_exception_is_one_clipped_line_with_its_type() -> None:
-    assert error_line(RuntimeError("onnx said:\n  bad input\tshape")) == (
-        "RuntimeError: onnx said: bad input shape"
+def test_an_exception_is_its_type_and_first_line_clipped() -> None:
+    assert error_line(RuntimeError("  out of\tmemory\n  at line 3 of kernel.cc")) == (
+        "RuntimeError: out of memory"
     )
     long = error_line(ValueError("x" * 1000))
     assert long.startswith("ValueError: xxx") and len(long) == ERROR_LINE_CHARS

@@ -8,6 +8,7 @@ import time
 
 import pytest
 from pipecat.frames.frames import (
+    Frame,
     InterimTranscriptionFrame,
     InterruptionFrame,
     LLMContextFrame,
@@ -152,25 +153,27 @@ async def test_speculative_answer_is_held_until_the_turn_confirms_it(inprocess, 
     assert first_token - request < 1500
 
 
+def went_on_talking(paused: float, paused_again: float, answer: float) -> list[Frame]:
+    """A pause that was not the turn's end (speculated on), another, then a different turn."""
+    paris, spain = context("What is the capital of France?"), context("Tell me about Spain.")
+    return [
+        SpeculativeTurnFrame(messages=list(paris.messages)),
+        SleepFrame(sleep=paused),
+        VADUserStartedSpeakingFrame(),  # the caller went on talking
+        SpeculativeTurnFrame(messages=list(paris.messages)),
+        SleepFrame(sleep=paused_again),
+        LLMContextFrame(context=spain),  # the final transcript differs
+        SleepFrame(sleep=answer),
+    ]
+
+
 async def test_a_changed_or_resumed_turn_drops_the_speculative_answer(inprocess, settings):
     llm = StreamingLLM(
         inprocess,
         settings.llm.model_copy(update={"keepalive_secs": 0, "max_tokens": 12}),
         CallClock(),
     )
-    paris, spain = context("What is the capital of France?"), context("Tell me about Spain.")
-    down, _ = await run_test(
-        llm,
-        frames_to_send=[
-            SpeculativeTurnFrame(messages=list(paris.messages)),
-            SleepFrame(sleep=0.5),
-            VADUserStartedSpeakingFrame(),  # the caller went on talking
-            SpeculativeTurnFrame(messages=list(paris.messages)),
-            SleepFrame(sleep=1.0),
-            LLMContextFrame(context=spain),  # the final transcript differs
-            SleepFrame(sleep=5.0),
-        ],
-    )
+    down, _ = await run_test(llm, frames_to_send=went_on_talking(0.5, 1.0, 5.0))
     assert sum(isinstance(f, LLMFullResponseStartFrame) for f in down) == 1
     (usage,) = [f for f in down if isinstance(f, LLMUsageFrame)]
     assert not usage.speculative and usage.speculation_misses == 2
@@ -323,18 +326,8 @@ async def test_a_speculative_answer_is_held_then_released_whole(settings):
 
 async def test_the_caller_going_on_drops_the_speculation_and_counts_a_miss(settings):
     engine = ScriptedEngine(token_secs=0.01)
-    paris, spain = context("What is the capital of France?"), context("Tell me about Spain.")
     down, _ = await run_test(
-        scripted_llm(engine, settings),
-        frames_to_send=[
-            SpeculativeTurnFrame(messages=list(paris.messages)),
-            SleepFrame(sleep=0.03),
-            VADUserStartedSpeakingFrame(),  # the caller went on talking
-            SpeculativeTurnFrame(messages=list(paris.messages)),
-            SleepFrame(sleep=0.03),
-            LLMContextFrame(context=spain),  # the final transcript differs
-            SleepFrame(sleep=0.2),
-        ],
+        scripted_llm(engine, settings), frames_to_send=went_on_talking(0.03, 0.03, 0.2)
     )
     assert [m[-1]["content"] for m in engine.requests] == [
         "What is the capital of France?", "What is the capital of France?", "Tell me about Spain."

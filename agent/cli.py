@@ -36,6 +36,8 @@ from agent.llm.cli import llm_app
 from agent.redact import redact_text, redact_values
 from agent.reports.cli import reports_app
 from agent.timing.budget import load_budget
+from agent.timing.summary import ms, verdict_lines
+from agent.timing.timeline import PART_STAGES
 
 app = typer.Typer(
     help="Real-time voice agent: streaming Whisper -> small LLM -> Piper, timed turn by turn.",
@@ -116,9 +118,9 @@ def transcribe(
     asr_model: AsrModelOpt = None,
 ) -> None:
     """Print what the agent hears: interim and final transcripts with their times (ms)."""
-    from agent.recognition.transcribe import transcribe_once, transcribe_stream
     from agent.recognition.whisper_decoder import WhisperDecoder
     from agent.replay import load_turns
+    from agent.tools.transcribe import transcribe_once, transcribe_stream
 
     settings = settings_from_flags(config, asr__model=asr_model)
     turns = load_turns(inputs, settings.sample_rate)
@@ -139,22 +141,13 @@ def transcribe(
             )
 
 
-STAGE_COLUMNS = (
-    "endpointing", "stt_final", "llm_ttft", "first_phrase", "tts_ttfb", "transport_out",
-)  # fmt: skip
-
-
-def _ms(value: float | None) -> str:
-    return "–" if value is None else f"{value:.0f}"
-
-
 def _print_turns(turns_file: Path) -> None:
     table = Table(title=f"Turns ({turns_file.parent})", show_lines=False)
     table.add_column("#", justify="right")
     table.add_column("user", max_width=36, no_wrap=True, overflow="ellipsis")
     table.add_column("bot", max_width=36, no_wrap=True, overflow="ellipsis")
     table.add_column("v2v ms", justify="right", style="bold")
-    for name in STAGE_COLUMNS:
+    for name in PART_STAGES:
         table.add_column(name, justify="right")
     table.add_column("budget")
     for line in turns_file.read_text().splitlines():
@@ -162,22 +155,20 @@ def _print_turns(turns_file: Path) -> None:
         failed = [k for k, v in r["budget"].items() if v == "fail"]
         verdict = f"[red]over: {', '.join(failed)}[/red]" if failed else "[green]ok[/green]"
         table.add_row(
-            str(r["turn"]), r["user_text"], r["bot_text"], _ms(r["voice_to_voice_ms"]),
-            *(_ms(r["stages"][n]) for n in STAGE_COLUMNS), verdict,
+            str(r["turn"]), r["user_text"], r["bot_text"], ms(r["voice_to_voice_ms"]),
+            *(ms(r["stages"][n]) for n in PART_STAGES), verdict,
         )  # fmt: skip
     out.print(table)
 
 
 def _print_verdict(summary: dict[str, Any]) -> None:
-    v2v = summary["stages"]["voice_to_voice"]
-    out.print(
-        f"voice-to-voice p50 {_ms(v2v['p50'])} ms, p95 {_ms(v2v['p95'])} ms over "
-        f"{summary['answered_turns']}/{summary['turns']} answered turns; "
-        f"budget '{summary['budget']['profile']}': "
-        + ("[green]pass[/green]" if summary["verdict"] == "pass" else "[red]fail[/red]")
-    )
-    for line in summary["violations"]:
-        out.print(f"  [red]over budget:[/red] {line}")
+    """The summary's verdict lines, coloured, since a terminal reader scans for red."""
+    first, *violations = verdict_lines(summary)
+    colour = "green" if summary["verdict"] == "pass" else "red"
+    head, _, verdict = first.rpartition(" ")
+    out.print(f"{head} [{colour}]{verdict}[/{colour}]", highlight=False)
+    for line in violations:
+        out.print(f"  [red]{line}[/red]", highlight=False)
 
 
 @app.command("config")

@@ -257,3 +257,20 @@ class CallRecorder:
         finally:
             file.close()
             self._broken = self._broken or "saved"
+
+
+class NullRecorder(CallRecorder):
+    """A recorder that keeps nothing: for calls that write no call.wav (``--no-wav``, or a
+    disk under its free-space floor)."""
+
+    def write_user(self, pos: int, pcm: bytes) -> None:
+        pass
+
+    def write_bot(self, pos: int, pcm: bytes) -> None:
+        pass
+
+    def cut_bot(self, pos: int) -> None:
+        pass
+
+    def save(self, path: Path) -> None:
+        pass

@@ -50,14 +50,8 @@ class AgentModels:
 
     @classmethod
     def load(cls, settings: Settings) -> AgentModels:
-        voice_path = model_store.resolve(settings.tts.voice, "tts", settings.models_dir)
         decoder = WhisperDecoder.from_settings(settings.asr, settings.models_dir)
-        voice = PiperVoiceModel(
-            voice_path,
-            length_scale=settings.tts.length_scale,
-            threads=settings.tts.threads,
-            noise_w_scale=settings.tts.noise_w_scale,
-        )
+        voice = PiperVoiceModel.from_settings(settings.tts, settings.models_dir)
         models = cls(decoder=decoder, voice=voice, turn=TurnModels.load())
         models.warm_up(settings.sample_rate)
         return models

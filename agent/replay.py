@@ -21,7 +21,8 @@ from agent.timing.budget import Budget
 from agent.timing.summary import summarize
 from agent.timing.tracing import turn_tracer
 from agent.timing.turn_timer import TurnTimer
-from agent.transports.replay import PlayedClip, ReplayInput, ReplayTurn, SimulatedSpeakerOutput
+from agent.transports.pacing import PacedOutput
+from agent.transports.replay import PlayedClip, ReplayInput, ReplayTurn
 
 
 def paced_settings(settings: Settings, pace: str) -> Settings:
@@ -65,7 +66,7 @@ async def replay_call(
     clock = clock or CallClock()
     recorder = CallRecorder(rate)
     transport_in = ReplayInput(turns, clock, recorder, rate=rate)
-    transport_out = SimulatedSpeakerOutput(clock, recorder, rate=rate)
+    transport_out = PacedOutput(clock, recorder, rate=rate)
     pipeline = build_pipeline(
         transport_in, transport_out, models=models, engine=engine, settings=settings,
         clock=clock,

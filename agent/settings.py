@@ -108,7 +108,7 @@ class TurnSettings(BaseModel):
         le=1,
         description="smart_turn_lean on phone calls: Smart Turn, trained on wideband speech, "
         "hears a finished sentence in 8 kHz audio as less finished (scripts/"
-        "bench_endpointing.py --line phone; None: the same as smart_turn_lean)",
+        "benchmarks/endpointing.py --line phone; None: the same as smart_turn_lean)",
     )
     max_silence_secs: float = Field(
         1.5, gt=0, description="silence after which the turn ends whatever the detector says"
@@ -180,7 +180,7 @@ class TTSSettings(BaseModel):
 
     voice: str = Field("piper-joe-medium", description="default voice name or a Piper .onnx")
     first_phrase_min_words: int = Field(
-        2, ge=1, description="2: first_phrase + tts_ttfb p50 113 ms, 3: 156 (bench_tts.py)"
+        2, ge=1, description="2: first_phrase + tts_ttfb p50 113 ms, 3: 156 (benchmarks/tts.py)"
     )
     phrase_min_words: int = Field(6, ge=1)
     length_scale: float = Field(1.0, gt=0)

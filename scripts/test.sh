@@ -7,7 +7,7 @@ bash scripts/setup.sh
 if [ "${VOICE_AGENT_TEST_VLLM:-}" = 1 ]; then
   bash scripts/setup_vllm.sh
 fi
-.venv/bin/ruff check agent tests scripts
+.venv/bin/ruff check agent benchmarks tests scripts
 set +e
 .venv/bin/python -m pytest "$@"
 status=$?

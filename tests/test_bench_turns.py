@@ -1,4 +1,4 @@
-"""The call.wav measurement that scripts/bench_turns.py compares pipelines with.
+"""The call.wav measurement that benchmarks/turns.py compares pipelines with.
 
 Its agreement with our own turn records on a real replay is checked in
 tests/test_replay_e2e.py; here, the recordings it must not misread.

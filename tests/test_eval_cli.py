@@ -35,15 +35,15 @@ def manifest(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def run(manifest, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+def eval_run(manifest, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     out = tmp_path_factory.mktemp("eval")
     done = voice_agent("eval", str(manifest), "--out", str(out), "--pace", "compute")
     assert done.returncode == 0, done.stderr[-3000:]
     return out, done
 
 
-def test_eval_grades_what_was_heard_and_when_the_bot_spoke(run):
-    out, done = run
+def test_eval_grades_what_was_heard_and_when_the_bot_spoke(eval_run):
+    out, done = eval_run
     report = json.loads((out / "eval.json").read_text())
     o = report["overall"]
     assert report["pace"] == "compute" and o["clips"] == 2 and o["reference_words"] > 10
@@ -60,6 +60,7 @@ def test_eval_grades_what_was_heard_and_when_the_bot_spoke(run):
     assert "WER streaming" in done.stdout and "eval verdict" in done.stdout
 
 
+@pytest.mark.slow
 def test_check_exits_1_when_an_eval_limit_breaks(manifest, tmp_path):
     strict = tmp_path / "budget.yaml"
     strict.write_text(
@@ -76,8 +77,8 @@ def test_check_exits_1_when_an_eval_limit_breaks(manifest, tmp_path):
     assert report["per_clip"] and len(list((tmp_path / "o" / "calls").iterdir())) == 2
 
 
-def test_two_eval_runs_compare(run, tmp_path):
-    out, _ = run
+def test_two_eval_runs_compare(eval_run, tmp_path):
+    out, _ = eval_run
     worse = json.loads((out / "eval.json").read_text())
     worse["overall"]["cutoff_rate"] = 0.5
     (tmp_path / "eval.json").write_text(json.dumps(worse))

@@ -24,7 +24,6 @@ from pydantic import SecretStr
 
 from agent.audio import load_audio
 from agent.live.call import Runtime
-from agent.live.caller import PhoneCaller
 from agent.llm.engines import OpenAIChatEngine
 from agent.llm.failover import FailoverEngine, failover_engine
 from agent.llm.llama_server import LlamaServer
@@ -33,8 +32,11 @@ from agent.recognition.whisper_decoder import WhisperDecoder
 from agent.settings import Settings
 from agent.synthesis.piper_tts import PiperVoiceModel
 from agent.timing.budget import load_budget
+from benchmarks.caller import PhoneCaller
 from tests.conftest import SAMPLES
 from tests.live_server import InProcessServer, serving_in_process, wait_until
+
+pytestmark = pytest.mark.slow
 
 RATE = 16000
 # Long answers, so there is an answer in progress to kill or hang up on.

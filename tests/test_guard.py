@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from pipecat.frames.frames import LLMContextFrame, LLMFullResponseEndFrame
+from pipecat.frames.frames import Frame, LLMContextFrame, LLMFullResponseEndFrame
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import SleepFrame, run_test
@@ -12,11 +12,12 @@ from agent import model_store
 from agent.clock import CallClock
 from agent.errors import UserError
 from agent.frames import PhraseFrame, StopAnswerFrame
-from agent.llm.engines import InProcessLlama
+from agent.llm.engines import ChatEngine, InProcessLlama
 from agent.llm.service import StreamingLLM
-from agent.settings import TTSSettings
+from agent.settings import Settings, TTSSettings
 from agent.synthesis.chunker import PhraseChunker
 from agent.synthesis.guard import PhraseGuard, block_list_checker, load_checker
+from tests.fakes import ScriptedEngine
 
 
 def said(frames) -> list[str]:
@@ -52,22 +53,32 @@ def test_checkers():
         load_checker(TTSSettings(guard_checker="no_such_module:check"))
 
 
-async def test_guard_stops_the_real_llm_and_closes_the_answer(settings):
-    gguf = model_store.resolve(settings.llm.model, "llm", settings.models_dir)
-    engine = InProcessLlama(gguf, settings.llm)
+GUARD = TTSSettings(guard=True, guard_checker="tests.test_guard:block_past_three_words")
+
+
+async def guarded_story(engine: ChatEngine, settings: Settings, secs: float) -> list[Frame]:
+    """Frames out of LLM -> chunker -> guard when asked for a long story, ``secs`` long."""
     llm_settings = settings.llm.model_copy(update={"keepalive_secs": 0, "max_tokens": 120})
-    tts = TTSSettings(guard=True, guard_checker="tests.test_guard:block_past_three_words")
     pipeline = Pipeline(
         [
             StreamingLLM(engine, llm_settings, CallClock()),
             PhraseChunker(first_min_words=2, min_words=3),
-            PhraseGuard(tts),
+            PhraseGuard(GUARD),
         ]
     )
     ask = LLMContext(messages=[{"role": "user", "content": "Tell me a long story about a cat."}])
-    down, _ = await run_test(pipeline, frames_to_send=[LLMContextFrame(context=ask), SleepFrame(3)])
+    frames = [LLMContextFrame(context=ask), SleepFrame(secs)]
+    down, _ = await run_test(pipeline, frames_to_send=frames)
+    return down
+
+
+@pytest.mark.slow
+async def test_guard_stops_the_real_llm_and_closes_the_answer(settings):
+    gguf = model_store.resolve(settings.llm.model, "llm", settings.models_dir)
+    engine = InProcessLlama(gguf, settings.llm)
+    down = await guarded_story(engine, settings, 3.0)
     spoken = said(down)
-    assert spoken[-1] == tts.guard_replacement and len(spoken) <= 2
+    assert spoken[-1] == GUARD.guard_replacement and len(spoken) <= 2
     assert sum(isinstance(f, LLMFullResponseEndFrame) for f in down) == 1
     decoded = engine.llm.n_tokens
     assert decoded < 120 + 80  # stopped well before max_tokens (prompt is ~60 tokens)
@@ -76,3 +87,17 @@ async def test_guard_stops_the_real_llm_and_closes_the_answer(settings):
 def block_past_three_words(text: str) -> bool:
     """A custom checker for the test: the first (short) phrase passes, the window after not."""
     return len(text.split()) > 3
+
+
+STORY = (
+    "Once upon a time, there was a small cat. It lived in a big house by the sea, and every "
+    "day it watched the boats come in. One day a boat came in with a dog on it."
+)
+
+
+async def test_guard_stops_a_scripted_llm_and_closes_the_answer(settings):
+    engine = ScriptedEngine([f" {word}" for word in STORY.split()], token_secs=0.002)
+    down = await guarded_story(engine, settings, 0.3)
+    assert said(down) == ["Once upon", GUARD.guard_replacement]
+    assert sum(isinstance(f, LLMFullResponseEndFrame) for f in down) == 1
+    assert engine.decoded < len(STORY.split()) // 2  # stopped soon after the blocked phrase

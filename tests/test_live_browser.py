@@ -27,6 +27,8 @@ from agent.audio import load_audio
 from tests.conftest import SAMPLES, wer
 from tests.live_server import serving
 
+pytestmark = pytest.mark.slow
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 PAGE_TIMEOUT_SECS = 120
 

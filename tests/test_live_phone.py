@@ -17,15 +17,17 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from agent.audio import load_audio, speech_bounds
-from agent.live.caller import PhoneCaller
-from agent.transports.phone import (
+from agent.transports.g711 import (
     Rate2Converter,
     mulaw_decode,
     mulaw_encode,
     through_phone_line,
 )
+from benchmarks.caller import PhoneCaller
 from tests.conftest import SAMPLES, wer
 from tests.live_server import serving
+
+pytestmark = pytest.mark.slow
 
 RATE = 16000
 

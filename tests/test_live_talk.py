@@ -30,6 +30,8 @@ from agent.timing.budget import load_budget
 from agent.transports.sounddevice_io import resolve_device
 from tests.conftest import SAMPLES, wer
 
+pytestmark = pytest.mark.slow
+
 RATE = 16000
 
 

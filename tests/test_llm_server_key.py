@@ -6,9 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pytest
 
 from agent import model_store
 from agent.llm.llama_server import LlamaServer
+
+pytestmark = pytest.mark.slow
 
 
 def test_the_embedded_server_wants_its_own_key_and_logs_to_a_file(settings):

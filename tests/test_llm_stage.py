@@ -1,4 +1,5 @@
-"""The LLM stage with real engines: answers, cached prefix, fallback, cancellation."""
+"""The LLM stage with real engines and with a scripted one: answers, cached prefix, fallback,
+cancellation, speculation and pausing for the first phrase."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import time
 
 import pytest
 from pipecat.frames.frames import (
+    Frame,
     InterimTranscriptionFrame,
+    InterruptionFrame,
     LLMContextFrame,
     LLMFullResponseEndFrame,
     LLMFullResponseStartFrame,
@@ -36,6 +39,7 @@ from agent.llm.engines import InProcessLlama, OpenAIChatEngine
 from agent.llm.llama_server import free_port
 from agent.llm.prompt import prompt_messages
 from agent.llm.service import FALLBACK, StreamingLLM
+from tests.fakes import ANSWER, ScriptedEngine
 
 
 @pytest.fixture(scope="module")
@@ -192,6 +196,20 @@ async def test_speculative_answer_is_held_until_the_turn_confirms_it(inprocess, 
     # The first token's time is when it arrived (while held), not when it was released.
     (first_token,) = event_at(down, "llm_first_token")
     assert first_token <= tap.seen[HeldAnswerTextFrame] < tap.seen[TextFrame]
+
+
+def went_on_talking(paused: float, paused_again: float, answer: float) -> list[Frame]:
+    """A pause that was not the turn's end (speculated on), another, then a different turn."""
+    paris, spain = context("What is the capital of France?"), context("Tell me about Spain.")
+    return [
+        SpeculativeTurnFrame(messages=list(paris.messages)),
+        SleepFrame(sleep=paused),
+        VADUserStartedSpeakingFrame(),  # the caller went on talking
+        SpeculativeTurnFrame(messages=list(paris.messages)),
+        SleepFrame(sleep=paused_again),
+        LLMContextFrame(context=spain),  # the final transcript differs
+        SleepFrame(sleep=answer),
+    ]
 
 
 async def test_a_changed_or_resumed_turn_drops_the_speculative_answer(inprocess, settings):
@@ -351,3 +369,98 @@ async def test_an_idle_call_keeps_its_conversation_in_the_in_process_cache(inpro
     s = settings.llm
     prompt = inprocess._tokens(prompt_messages(s.system_prompt, ask.messages, s.history_turns))
     assert inprocess.llm._input_ids[: len(prompt)].tolist() == prompt
+
+
+# -- the same behaviours with a scripted engine: milliseconds, no model ---------------------
+
+
+def scripted_llm(engine: ScriptedEngine, settings, **update) -> StreamingLLM:
+    return StreamingLLM(
+        engine, settings.llm.model_copy(update={"keepalive_secs": 0, **update}), CallClock()
+    )
+
+
+async def test_a_speculative_answer_is_held_then_released_whole(settings):
+    engine = ScriptedEngine()
+    ask = context("What is the capital of France?")
+    down, _ = await run_test(
+        scripted_llm(engine, settings),
+        frames_to_send=[
+            SpeculativeTurnFrame(messages=list(ask.messages)),
+            SleepFrame(sleep=0.05),  # the whole answer is decoded while the turn is open
+            TextFrame(text="turn confirmed"),
+            LLMContextFrame(context=ask),
+            SleepFrame(sleep=0.05),
+        ],
+    )
+    marker = next(i for i, f in enumerate(down) if type(f) is TextFrame)
+    spoken = [i for i, f in enumerate(down) if isinstance(f, LLMTextFrame)]
+    assert spoken and marker < spoken[0]
+    held = [f.text for f in down if isinstance(f, HeldAnswerTextFrame)]
+    assert held[-1] == "".join(ANSWER) == "".join(down[i].text for i in spoken)
+    assert len(engine.requests) == 1  # the confirmed turn did not ask again
+    (usage,) = [f for f in down if isinstance(f, LLMUsageFrame)]
+    assert usage.speculative and usage.speculation_misses == 0
+
+
+async def test_the_caller_going_on_drops_the_speculation_and_counts_a_miss(settings):
+    engine = ScriptedEngine(token_secs=0.01)
+    down, _ = await run_test(
+        scripted_llm(engine, settings), frames_to_send=went_on_talking(0.03, 0.03, 0.2)
+    )
+    assert [m[-1]["content"] for m in engine.requests] == [
+        "What is the capital of France?", "What is the capital of France?", "Tell me about Spain."
+    ]  # fmt: skip
+    assert sum(isinstance(f, LLMFullResponseStartFrame) for f in down) == 1
+    assert "".join(f.text for f in down if isinstance(f, LLMTextFrame)) == "".join(ANSWER)
+    (usage,) = [f for f in down if isinstance(f, LLMUsageFrame)]
+    assert not usage.speculative and usage.speculation_misses == 2
+
+
+async def test_a_barge_in_stops_decoding_at_the_next_token(settings):
+    engine = ScriptedEngine([f" w{i}" for i in range(200)], token_secs=0.005)
+    frames = [LLMContextFrame(context=context("Talk.")), SleepFrame(sleep=0.1), InterruptionFrame()]
+    down, _ = await run_test(
+        scripted_llm(engine, settings, max_tokens=200),
+        frames_to_send=[*frames, SleepFrame(sleep=0.1)],
+    )
+    received = [f for f in down if isinstance(f, LLMTextFrame)]
+    assert 0 < len(received) < 200
+    assert len(received) <= engine.decoded <= len(received) + 1
+
+
+async def test_an_engine_failing_mid_answer_ends_it_with_the_fallback_and_the_error(settings):
+    engine = ScriptedEngine(fail_after=3)
+    down, _ = await run_test(
+        scripted_llm(engine, settings),
+        frames_to_send=[LLMContextFrame(context=context("Hello?")), SleepFrame(sleep=0.05)],
+    )
+    texts = [f.text for f in down if isinstance(f, LLMTextFrame)]
+    assert texts == [*ANSWER[:3], " " + FALLBACK]
+    (usage,) = [f for f in down if isinstance(f, LLMUsageFrame)]
+    assert usage.error == "llm (scripted): RuntimeError: injected engine fault"
+    assert isinstance(down[-1], LLMFullResponseEndFrame)
+
+
+@pytest.mark.parametrize("pause", [False, True])
+async def test_a_scripted_answer_pauses_while_the_first_phrase_is_synthesised(settings, pause):
+    engine = ScriptedEngine([f" w{i}" for i in range(200)], token_secs=0.01)  # past the phrase
+    synthesis = FirstPhraseSynthesis()
+
+    def resumed() -> bool:  # the phrase is done and a token came after it
+        return synthesis.busy is not None and synthesis.arrivals[-1] > synthesis.busy[1]
+
+    def frames():
+        yield LLMContextFrame(context=context("Talk."))
+        yield from wait_until(resumed)
+
+    await run_test(
+        Pipeline([scripted_llm(engine, settings, max_tokens=200, pause_for_first_phrase=pause),
+                  synthesis]),
+        frames_to_send=frames(),
+    )  # fmt: skip
+    assert synthesis.busy is not None
+    start, end = synthesis.busy
+    inside = [t for t in synthesis.arrivals if start + 0.05 < t < end]
+    after = [t for t in synthesis.arrivals if t > end]
+    assert after and (not inside if pause else len(inside) >= 10)

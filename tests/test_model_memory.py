@@ -10,6 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 PRELUDE = """
 import os
@@ -18,7 +22,7 @@ from pathlib import Path
 import numpy as np
 from agent import model_store
 from agent.audio import load_audio
-from agent.live.process_memory import tree_rss_kib
+from benchmarks.memory import tree_rss_kib
 from agent.settings import Settings
 
 settings = Settings()
@@ -44,7 +48,7 @@ import random
 from concurrent.futures import ThreadPoolExecutor
 from agent.synthesis.piper_tts import PiperVoiceModel
 
-voice = PiperVoiceModel(model_store.resolve(settings.tts.voice, "tts", settings.models_dir))
+voice = PiperVoiceModel.from_settings(settings.tts, settings.models_dir)
 voice.synthesize("Ready.", 16000)
 rss()
 words = "sorry I can help you find a new home in the stars today with that".split()

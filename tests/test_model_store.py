@@ -20,6 +20,7 @@ def tiny_copy(tmp_path, settings):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_default_models_are_present_after_setup(settings):
     for spec in MODELS.values():
         if spec.default:
@@ -27,6 +28,7 @@ def test_default_models_are_present_after_setup(settings):
             assert model_store.resolve(spec.key, spec.role, settings.models_dir).exists()
 
 
+@pytest.mark.slow
 def test_corrupted_file_is_refused_then_repaired_by_pull(tiny_copy):
     spec = MODELS["whisper-tiny.en"]
     config = tiny_copy / spec.key / "config.json"

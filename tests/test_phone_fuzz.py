@@ -11,12 +11,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agent.redact import LOG_TEXT_CHARS, clip_text
 from agent.transports.browser import parse_control
-from agent.transports.phone import (
-    LOG_TEXT_CHARS,
+from agent.transports.twilio import (
     StreamInfo,
     TwilioProtocolError,
-    clip_text,
     media_payload,
     parse_message,
     read_start,

@@ -7,6 +7,8 @@ import pytest
 from agent.pipeline import AgentModels
 from agent.settings import Settings
 
+pytestmark = pytest.mark.slow
+
 
 def test_tts_threads_setting_sets_the_onnxruntime_session_and_the_voice_still_speaks(
     monkeypatch: pytest.MonkeyPatch,

@@ -18,6 +18,8 @@ from agent.timing.callwav import load_thresholds, measure_call
 from agent.timing.timeline import EVENTS, STAGE_NAMES
 from tests.conftest import SAMPLES, wer
 
+pytestmark = pytest.mark.slow
+
 CLIPS = ["new_home_in_the_stars.wav", "ldc93s1.wav"]
 
 

@@ -16,6 +16,8 @@ from agent.timing.budget import load_budget
 from agent.timing.timeline import EVENTS
 from agent.timing.turn_timer import Turn
 
+pytestmark = pytest.mark.slow
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 HOSTILE = [
     "<script>document.title='PWNED-1'</script>",

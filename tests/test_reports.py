@@ -1,4 +1,9 @@
-"""QA reports from one real replay run: Markdown, HTML (rendered in Chromium), JSON, gates."""
+"""QA reports of a run folder: Markdown, HTML (rendered in Chromium), JSON, gates, comparison.
+
+Each test runs on a scripted run (the record contract written from scripted timings: no
+model, milliseconds) and, in the slow tier, on one real replay run. The command line runs
+in-process, through the same typer app as ``voice-agent``.
+"""
 
 from __future__ import annotations
 
@@ -14,35 +19,40 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
+from typer.testing import CliRunner
 
+from agent.cli import app
 from agent.reports.clips import Clip, turn_clips
 from agent.reports.load import load_runs
 from agent.timing.budget import default_budget_file, load_budget
 from agent.timing.summary import stage_values, summarize
 from agent.timing.timeline import STAGE_NAMES, stages_and_gaps
 from tests.conftest import SAMPLES
+from tests.fakes import scripted_run
 
 CLIPS = ["ldc93s1.wav", "new_home_in_the_stars.wav"]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def voice_agent(*args: str | Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "agent.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    """``voice-agent ARGS`` run in this process: exit status, stdout and stderr apart."""
+    argv = [str(a) for a in args]
+    result = CliRunner().invoke(app, argv)
+    return subprocess.CompletedProcess(argv, result.exit_code, result.stdout, result.stderr)
 
 
 def records(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "turns.jsonl").read_text().splitlines()]
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory) -> Path:
-    """One real replay run: real speech, real models, at compute pace."""
+@pytest.fixture(
+    scope="module", params=["scripted", pytest.param("replay", marks=pytest.mark.slow)]
+)
+def run(request: pytest.FixtureRequest, tmp_path_factory) -> Path:
+    """A run folder: scripted, or one real replay run (real speech and models, compute pace)."""
     out = tmp_path_factory.mktemp("run")
+    if request.param == "scripted":
+        return scripted_run(out, load_budget(default_budget_file(), None))
     done = subprocess.run(
         [sys.executable, "-m", "agent.cli", "replay", *(str(SAMPLES / c) for c in CLIPS),
          "--out", str(out), "--pace", "compute"],
@@ -183,9 +193,11 @@ needs_chromium = pytest.mark.skipif(
     CHROMIUM is None,
     reason="no chromium binary: run scripts/setup.sh as root or `apt-get install chromium`",
 )
+slow_browser = pytest.mark.slow  # a headless browser takes seconds to start
 
 
 @needs_chromium
+@slow_browser
 def test_console_check_catches_a_broken_page(tmp_path):
     """The check below can fail: a page with a script error is caught."""
     page = tmp_path / "broken.html"
@@ -194,6 +206,7 @@ def test_console_check_catches_a_broken_page(tmp_path):
 
 
 @needs_chromium
+@slow_browser
 def test_html_renders_in_chromium_without_console_errors(run, reports, tmp_path):
     turns = records(run)
     page = reports / "report.html"

@@ -23,6 +23,8 @@ from agent.timing.budget import Budget, load_budget
 from agent.timing.summary import summarize
 from agent.timing.turn_timer import Turn, TurnTimer
 
+pytestmark = pytest.mark.slow
+
 SAMPLES = ["agent/samples/ldc93s1.wav", "agent/samples/new_home_in_the_stars.wav"]
 LINE = re.compile(
     r"rolling summary: call (\w+), (\d+) turns \((\d+) answered\), voice_to_voice "

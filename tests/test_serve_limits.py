@@ -25,11 +25,13 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from agent.audio import load_audio
 from agent.csp import inline_hashes
-from agent.live.caller import PhoneCaller
 from agent.live.server import page
-from agent.transports.phone import Rate2Converter, mulaw_encode
+from agent.transports.g711 import Rate2Converter, mulaw_encode
+from benchmarks.caller import PhoneCaller
 from tests.conftest import SAMPLES
 from tests.live_server import Server, serving
+
+pytestmark = pytest.mark.slow
 
 MAX_CALLS = 8
 NO_MEDIA_SECS = 3

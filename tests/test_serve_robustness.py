@@ -20,12 +20,14 @@ from loguru import logger
 
 from agent.audio import load_audio
 from agent.live.call import Runtime
-from agent.live.caller import SILENCE, PhoneCaller
 from agent.pipeline import AgentModels, llm_engine
 from agent.settings import Settings
 from agent.timing.budget import load_budget
+from benchmarks.caller import SILENCE, PhoneCaller
 from tests.conftest import SAMPLES
 from tests.live_server import InProcessServer, serving_in_process, wait_until
+
+pytestmark = pytest.mark.slow
 
 RATE = 16000
 DATA = Path(__file__).parent / "data"

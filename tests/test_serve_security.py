@@ -26,8 +26,8 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from agent.audio import load_audio
 from agent.errors import UserError
-from agent.live.caller import PhoneCaller
 from agent.live.server import MAX_MESSAGE_BYTES, check_serve_security, is_loopback
+from benchmarks.caller import PhoneCaller
 from tests.conftest import SAMPLES
 from tests.live_server import Server, free_port, serving
 

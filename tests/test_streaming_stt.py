@@ -17,14 +17,14 @@ from agent.audio import load_audio, speech_bounds
 from agent.clock import CallClock, CallRecorder, ComputeClock
 from agent.pipeline import run_pipeline
 from agent.recognition.streaming_stt import StreamingWhisperSTT
-from agent.recognition.transcribe import (
+from agent.recognition.turn_detector import TurnDetector, TurnModels
+from agent.recognition.utterance import agreed_prefix, drop_overlap
+from agent.recognition.whisper_decoder import RATE, WhisperDecoder, hallucination_cut
+from agent.tools.transcribe import (
     TranscriptCollector,
     transcribe_once,
     transcribe_stream,
 )
-from agent.recognition.turn_detector import TurnDetector, TurnModels
-from agent.recognition.utterance import agreed_prefix, drop_overlap
-from agent.recognition.whisper_decoder import RATE, WhisperDecoder, hallucination_cut
 from agent.transports.replay import ReplayInput, ReplayTurn
 from tests.conftest import SAMPLES, normalise, wer
 

@@ -1,18 +1,47 @@
-"""The synthesis stage with the real Piper voice: phrase audio in order, and the first
-phrase's busy window reported upstream (the LLM stage pauses decoding inside it)."""
+"""The synthesis stage, with a scripted voice and with the real Piper voice: phrase audio in
+order, and the first phrase's busy window reported upstream (the LLM stage pauses decoding
+inside it)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
 from pipecat.frames.frames import LLMFullResponseEndFrame, TTSAudioRawFrame, TTSTextFrame
 from pipecat.tests.utils import SleepFrame, run_test
 
-from agent import model_store
 from agent.frames import FirstPhraseAheadFrame, FirstPhraseSynthesisFrame, PhraseFrame
 from agent.synthesis.piper_tts import PiperTTS, PiperVoiceModel
+from tests.fakes import ScriptedVoice
 
 
-async def test_first_phrase_synthesis_is_reported_upstream_and_phrases_keep_order(settings):
-    voice = PiperVoiceModel(model_store.resolve(settings.tts.voice, "tts", settings.models_dir))
+class CountingVoice(PiperVoiceModel):
+    """The real voice, counting which texts it synthesises."""
+
+    def __init__(self, voice_path: Path, **tuning: Any) -> None:
+        super().__init__(voice_path, **tuning)
+        self.texts: list[str] = []
+
+    def synthesize(self, text: str, out_rate: int) -> np.ndarray:
+        self.texts.append(text)
+        return super().synthesize(text, out_rate)
+
+
+@pytest.fixture(params=["scripted", pytest.param("piper", marks=pytest.mark.slow)])
+def voice(request, settings) -> CountingVoice | ScriptedVoice:
+    if request.param == "piper":
+        return CountingVoice.from_settings(settings.tts, settings.models_dir)
+    return ScriptedVoice(delay_secs=0.02)
+
+
+def settle_secs(voice: CountingVoice | ScriptedVoice) -> float:
+    """Long enough for the voice to synthesise an answer of a few phrases."""
+    return 0.3 if isinstance(voice, ScriptedVoice) else 2.0
+
+
+async def test_first_phrase_synthesis_is_reported_upstream_and_phrases_keep_order(voice):
     phrases = ["Hello there,", "how can I help you today?"]
     answer = [PhraseFrame(text=t) for t in phrases]
     down, up = await run_test(
@@ -22,7 +51,7 @@ async def test_first_phrase_synthesis_is_reported_upstream_and_phrases_keep_orde
             LLMFullResponseEndFrame(),
             *answer,
             LLMFullResponseEndFrame(),
-            SleepFrame(sleep=2.0),  # the call's end drops what is not synthesised yet
+            SleepFrame(sleep=settle_secs(voice)),  # the call's end drops what is not done yet
         ],  # fmt: skip
     )
     # Each answer's first phrase, and only it: busy while it is synthesised, then done.
@@ -32,20 +61,7 @@ async def test_first_phrase_synthesis_is_reported_upstream_and_phrases_keep_orde
     assert len(audio) == 4 and all(len(f.audio) > 16000 // 4 for f in audio)
 
 
-class CountingVoice(PiperVoiceModel):
-    """The real voice, counting which texts it synthesises."""
-
-    def __init__(self, voice_path) -> None:
-        super().__init__(voice_path)
-        self.texts: list[str] = []
-
-    def synthesize(self, text: str, out_rate: int):
-        self.texts.append(text)
-        return super().synthesize(text, out_rate)
-
-
-async def test_a_held_answers_first_phrase_is_synthesised_once_ahead_of_its_turn(settings):
-    voice = CountingVoice(model_store.resolve(settings.tts.voice, "tts", settings.models_dir))
+async def test_a_held_answers_first_phrase_is_synthesised_once_ahead_of_its_turn(voice):
     ahead = voice.synthesize("Hi", 16000)
     voice.texts.clear()
     down, _ = await run_test(
@@ -53,11 +69,11 @@ async def test_a_held_answers_first_phrase_is_synthesised_once_ahead_of_its_turn
         frames_to_send=[
             FirstPhraseAheadFrame(text="I'm sorry,"),  # a held answer: a miss
             FirstPhraseAheadFrame(text="Hello there,"),  # the next one: a hit
-            SleepFrame(sleep=1.0),  # the turn detector is still deciding
+            SleepFrame(sleep=settle_secs(voice) / 2),  # the turn detector is still deciding
             PhraseFrame(text="Hello there,"),
             PhraseFrame(text="I'm sorry,"),  # not the first phrase: synthesised again
             LLMFullResponseEndFrame(),
-            SleepFrame(sleep=2.0),
+            SleepFrame(sleep=settle_secs(voice)),
         ],
     )
     assert voice.texts == ["I'm sorry,", "Hello there,", "I'm sorry,"]

@@ -184,6 +184,7 @@ def test_live_call_exports_when_it_ends(replayed, collector, tmp_path) -> None:
     }
 
 
+@pytest.mark.slow  # imports the whole agent, twice, in child processes
 def test_off_by_default_and_lazy() -> None:
     """Without the endpoint nothing is imported; without the extra a set endpoint says so."""
     assert Settings().otel_endpoint is None and turn_tracer(None) is None

@@ -25,6 +25,8 @@ from agent.frames import HoldBotAudioFrame
 from agent.recognition.turn_detector import TurnDetector, TurnModels
 from tests.conftest import SAMPLES
 
+pytestmark = pytest.mark.slow
+
 RATE = 16000
 CHUNK = 320  # 20 ms, as the transports send it
 

@@ -3,11 +3,14 @@
 import asyncio
 
 import numpy as np
+import pytest
 from pipecat.audio.vad.vad_analyzer import VADParams, VADState
 
 from agent.audio import load_audio
 from agent.recognition.turn_detector import SharedSileroVAD, TurnModels
 from tests.conftest import SAMPLES
+
+pytestmark = pytest.mark.slow
 
 RATE = 16000
 CHUNK = 320  # 20 ms, as the transports send it

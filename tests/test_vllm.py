@@ -27,6 +27,8 @@ from agent.llm.prompt import prompt_messages
 from agent.llm.vllm_server import VllmServer, vllm_command
 from tests.conftest import SAMPLES
 
+pytestmark = pytest.mark.slow
+
 REAL = os.environ.get("VOICE_AGENT_TEST_VLLM") == "1"
 needs_vllm = pytest.mark.skipif(not REAL, reason="needs vLLM: set VOICE_AGENT_TEST_VLLM=1")
 GENERATED = re.compile(r"^vllm:generation_tokens_total\{[^}]*\} ([0-9.e+]+)$", re.M)

@@ -18,7 +18,7 @@ from agent.replay import replay_call
 from agent.settings import Settings
 from agent.timing.budget import Budget, EvalLimits, rounded_percentile
 from agent.timing.summary import summarize
-from agent.transports.phone import through_phone_line
+from agent.transports.g711 import through_phone_line
 from agent.transports.replay import ReplayTurn
 
 ANSWER_PROBLEMS = ("empty", "repeated", "repeated_sentence", "loop", "echo")

@@ -36,10 +36,9 @@ from pipecat.frames.frames import (
 from pipecat.observers.base_observer import BaseObserver, FramePushed
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
-from agent.clock import CallClock, CallRecorder
+from agent.clock import CallClock, CallRecorder, NullRecorder
 from agent.errors import UserError
 from agent.frames import NoReplyFrame, TimelineEventFrame
-from agent.live.io import LiveInput, LiveOutput, NullRecorder
 from agent.llm.engines import ChatEngine
 from agent.pipeline import AgentModels, build_pipeline, run_pipeline
 from agent.settings import Settings
@@ -47,6 +46,7 @@ from agent.timing.budget import Budget
 from agent.timing.summary import summarize
 from agent.timing.tracing import TurnTracer, turn_tracer
 from agent.timing.turn_timer import Turn, TurnTimer
+from agent.transports.live import LiveInput, LiveOutput
 
 Event = dict[str, Any]
 CANCEL_WAIT_SECS = 10.0

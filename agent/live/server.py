@@ -50,17 +50,16 @@ from agent.live.access import (
     is_loopback,
 )
 from agent.live.call import LiveCall, Runtime
-from agent.live.io import LiveInput, LiveOutput
 from agent.live.limits import WarningLimiter
 from agent.live.process_memory import collect_call_garbage
 from agent.live.retention import Retention, prune_calls, room_to_record
+from agent.redact import clip_text
 from agent.transports.browser import BrowserInput, BrowserOutput, EventSender, parse_control
-from agent.transports.phone import (
-    PhoneInput,
-    PhoneOutput,
+from agent.transports.live import LiveInput, LiveOutput
+from agent.transports.phone import PhoneInput, PhoneOutput
+from agent.transports.twilio import (
     StreamInfo,
     TwilioProtocolError,
-    clip_text,
     media_payload,
     parse_message,
     read_start,
@@ -75,7 +74,7 @@ MAX_MESSAGE_BYTES = 64 * 1024
 # Outbound backpressure: what one client that stops reading can make the server hold. The
 # websocket's own buffer (websockets' write_limit) plus the kernel's send buffer (set per
 # connection; Linux doubles it) hold a few seconds of bot audio; a send that stays blocked
-# past io.SEND_STALL_SECS drops that call.
+# past transports.live.SEND_STALL_SECS drops that call.
 WRITE_LIMIT_BYTES = 16 * 1024
 SOCKET_SEND_BUFFER_BYTES = 16 * 1024
 MIN_TOKEN_CHARS = 16

@@ -39,6 +39,7 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from agent.audio import RecentAudio
 from agent.clock import CallClock
+from agent.errors import error_line
 from agent.frames import (
     PauseTranscriptFrame,
     SpeculativeTranscriptFrame,
@@ -65,12 +66,6 @@ class _RunningPass:
         self.position = position  # input samples received when the snapshot was taken
         self.ready_ms: float | None = None
         future.add_done_callback(lambda _: setattr(self, "ready_ms", clock.now_ms()))
-
-
-def error_line(exc: BaseException) -> str:
-    """One short line for the turn record: the exception's type and first line, clipped."""
-    first = (str(exc).strip().splitlines() or [""])[0]
-    return f"{type(exc).__name__}: {first}"[:160].rstrip(": ")
 
 
 class StreamingWhisperSTT(FrameProcessor):

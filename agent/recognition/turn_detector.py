@@ -15,7 +15,7 @@ Frames out (audio passes straight through first, so recognition never waits on u
   calls it likely, ``smart_turn_lean``, and recognition's pause transcript ends a sentence),
   at the pause or, failing that, judged again when the stop window has passed,
   or the silence reaches ``max_silence_secs``: checked as each audio frame arrives (which
-  lets scripts/bench_endpointing.py run the detector faster than real time) and on the wall
+  lets benchmarks/endpointing.py run the detector faster than real time) and on the wall
   clock too (a client may stop sending audio while it waits for the answer).
 """
 
@@ -68,7 +68,7 @@ LULL_MARGIN_DB = 10.0  # a frame this far over the line's noise floor is a sound
 class TurnModels:
     """The Silero VAD and Smart Turn ONNX sessions, loaded once per process.
 
-    A session per call leaked: scripts/soak.py grew about 230 MiB a minute with 4 callers,
+    A session per call leaked: benchmarks/soak.py grew about 230 MiB a minute with 4 callers,
     80 MiB without Smart Turn. onnxruntime sessions may be run from many threads at once;
     what belongs to one call (Silero's recurrent state) lives in ``SharedSileroVAD``.
     """

@@ -17,9 +17,9 @@ import numpy as np
 
 from agent.reports.load import Pool
 from agent.reports.markdown import ms
-from agent.reports.pooled import STAGE_ORDER
 from agent.timing.budget import percentile
 from agent.timing.summary import stage_values
+from agent.timing.timeline import REPORT_ORDER
 
 RESAMPLES = 4000
 
@@ -117,7 +117,7 @@ def compare_pools(
     """One StageChange per timeline stage (percentiles from agent.timing, like the reports)."""
     base_values, new_values = stage_values(base.records), stage_values(new.records)
     changes = []
-    for name in STAGE_ORDER:
+    for name in REPORT_ORDER:
         xs, ys = base_values[name], new_values[name]
         change = StageChange(stage=name, n_base=len(xs), n_new=len(ys))
         if xs:

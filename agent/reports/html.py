@@ -14,7 +14,7 @@ from agent.csp import content_security_policy
 from agent.reports.clips import Clip, turn_clips
 from agent.reports.load import Pool, Turn
 from agent.reports.markdown import cache_line, ms
-from agent.reports.pooled import STAGE_ORDER, gap_values, slowest_stage
+from agent.reports.pooled import gap_values, slowest_stage
 from agent.reports.svg import (
     LABEL_W,
     PLOT_W,
@@ -26,6 +26,7 @@ from agent.reports.svg import (
 )
 from agent.timing.budget import Budget
 from agent.timing.summary import stage_values
+from agent.timing.timeline import REPORT_ORDER
 
 CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #111827;
@@ -100,7 +101,7 @@ def _kpi(value: str, label: str, cls: str = "") -> str:
 def _budget_table(summary: dict[str, Any]) -> str:
     rows = []
     limits = summary["budget"]["stages"]
-    for name in STAGE_ORDER:
+    for name in REPORT_ORDER:
         stats, limit = summary["stages"][name], limits.get(name, {})
         verdict = summary["stage_verdicts"][name]
         rows.append(

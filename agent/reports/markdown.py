@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.reports.pooled import STAGE_ORDER
 from agent.timing.summary import ms
+from agent.timing.timeline import REPORT_ORDER
 
 VERDICT_MARK = {"pass": "✅ pass", "fail": "❌ fail", "no budget": "–", "no data": "no data"}
 
@@ -42,7 +42,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
         "| stage | budget p50 | budget p95 | p50 | p95 | max | turns | verdict |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
-    for name in STAGE_ORDER:
+    for name in REPORT_ORDER:
         limit = budget["stages"].get(name, {})
         stats = summary["stages"][name]
         lines.append(

@@ -11,11 +11,9 @@ from typing import Any
 from agent.reports.load import Pool, Turn
 from agent.timing.budget import Budget
 from agent.timing.summary import stage_stats, stage_values, summarize
-from agent.timing.timeline import STAGE_NAMES
+from agent.timing.timeline import GAP, STAGE_NAMES
 
-GAP_NAMES = ("stt_to_llm",)
-# The number users feel first, then the stages in the order they happen.
-STAGE_ORDER = ("voice_to_voice", *(n for n in STAGE_NAMES if n != "voice_to_voice"))
+GAP_NAMES = (GAP,)
 
 
 def stage_verdicts(values: dict[str, list[float]], budget: Budget) -> dict[str, str]:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from agent.timing.budget import Budget, percentile
-from agent.timing.timeline import STAGE_NAMES, STAGES
+from agent.timing.timeline import GAP, PART_STAGES, REPORT_ORDER, STAGES
 
 WIDTH = 1040
 LABEL_W = 150
@@ -27,7 +27,7 @@ STAGE_COLORS = {
     "voice_to_voice": "#3b4252",
     "endpointing": "#5e81ac",
     "stt_final": "#88c0d0",
-    "stt_to_llm": "#b8b8b8",
+    GAP: "#b8b8b8",
     "llm_ttft": "#d08770",
     "first_phrase": "#ebcb8b",
     "tts_ttfb": "#a3be8c",
@@ -124,9 +124,10 @@ def waterfall_rows(record: dict[str, Any]) -> list[tuple[str, float, float, floa
 
     stages, gaps = record["stages"], record.get("gaps") or {}
     rows: list[tuple[str, float, float, float | None]] = []
-    order = ["voice_to_voice", "endpointing", "stt_final", "stt_to_llm", *STAGE_NAMES[2:-1]]
+    split = PART_STAGES.index("stt_final") + 1  # the gap follows the final transcript
+    order = ["voice_to_voice", *PART_STAGES[:split], GAP, *PART_STAGES[split:]]
     for name in order:
-        if name == "stt_to_llm":
+        if name == GAP:
             turn_end, final, request = at("turn_end"), at("stt_final"), at("llm_request")
             if None in (turn_end, final, request):
                 continue
@@ -287,8 +288,7 @@ def boxplot_svg(
     values: dict[str, list[float]], gaps: dict[str, list[float]], budget: Budget
 ) -> str:
     """A box (quartiles), whiskers (min-max) and the turns as dots, per stage and gap."""
-    order = ("voice_to_voice", *(n for n in STAGE_NAMES if n != "voice_to_voice"))
-    names = [n for n in order if values.get(n)] + [n for n in gaps if gaps[n]]
+    names = [n for n in REPORT_ORDER if values.get(n)] + [n for n in gaps if gaps[n]]
     series = {**values, **gaps}
     bounds = [b.p95 or b.p50 for b in budget.stages.values()]
     scale = Scale(

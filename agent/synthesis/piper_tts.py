@@ -41,6 +41,8 @@ from pipecat.frames.frames import (
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from piper import PiperConfig, PiperVoice, SynthesisConfig
 
+from agent import model_store
+from agent.errors import error_line
 from agent.frames import (
     FirstPhraseAheadFrame,
     FirstPhraseSynthesisFrame,
@@ -48,6 +50,7 @@ from agent.frames import (
     PhraseFrame,
     StageErrorFrame,
 )
+from agent.settings import TTSSettings
 
 
 def load_voice(voice_path: Path, threads: int | None = None) -> PiperVoice:
@@ -111,6 +114,17 @@ class PiperVoiceModel:
         self.voice = load_voice(voice_path, threads)
         self.rate = self.voice.config.sample_rate
         self._config = SynthesisConfig(length_scale=length_scale, noise_w_scale=noise_w_scale)
+
+    @classmethod
+    def from_settings(cls, tts: TTSSettings, models_dir: Path) -> PiperVoiceModel:
+        """The voice the settings name (a default voice or a Piper .onnx), tuned as they say:
+        the one loader calls, benchmarks and tests share."""
+        return cls(
+            model_store.resolve(tts.voice, "tts", models_dir),
+            length_scale=tts.length_scale,
+            threads=tts.threads,
+            noise_w_scale=tts.noise_w_scale,
+        )
 
     def synthesize(self, text: str, out_rate: int) -> np.ndarray:
         chunks = [c.audio_int16_array for c in self.voice.synthesize(text, self._config)]
@@ -183,10 +197,7 @@ class PiperTTS(FrameProcessor):
                         audio = await self._synthesize_first(frame.text)
             except Exception as exc:  # noqa: BLE001 - one bad phrase must not end the call
                 self._answer_failed = True
-                detail = " ".join(str(exc).split())[:160]
-                await self.push_frame(
-                    StageErrorFrame(stage="tts", error=f"{type(exc).__name__}: {detail}")
-                )
+                await self.push_frame(StageErrorFrame(stage="tts", error=error_line(exc)))
                 continue
             if not self._speaking:
                 await self.push_frame(TTSStartedFrame())

@@ -28,6 +28,12 @@ STAGES: dict[str, tuple[str, str]] = {
 }
 
 STAGE_NAMES = tuple(STAGES)
+# The stages voice_to_voice is made of (with the gap), in timeline order.
+PART_STAGES = tuple(name for name in STAGE_NAMES if name != "voice_to_voice")
+# The order reports list stages in: the number the caller feels first, then its parts.
+REPORT_ORDER = ("voice_to_voice", *PART_STAGES)
+# The one orchestration gap: from the final transcript (or turn_end, if later) to the request.
+GAP = "stt_to_llm"
 
 
 def _diff(events: dict[str, float | None], a: str, b: str) -> float | None:
@@ -56,4 +62,4 @@ def stages_and_gaps(events: dict[str, float | None]) -> tuple[dict, dict, float 
     gap = None
     if ready is not None and events.get("llm_request") is not None:
         gap = round(events["llm_request"] - ready, 1)
-    return stages, {"stt_to_llm": gap}, lead
+    return stages, {GAP: gap}, lead

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from agent.errors import UserError
-from agent.timing.timeline import STAGES
+from agent.timing.timeline import GAP, STAGES
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 
 TRACES_PATH = "/v1/traces"
 EXPORT_TIMEOUT_SECS = 5.0
-GAP = "stt_to_llm"
 
 
 def traces_url(endpoint: str) -> str:

@@ -20,8 +20,8 @@ from websockets.asyncio.connection import Connection
 from websockets.exceptions import ConnectionClosed
 
 from agent.clock import CallClock, CallRecorder
-from agent.live.io import LiveInput, LiveOutput
-from agent.transports.phone import Warn, clip_text
+from agent.redact import Warn, clip_text
+from agent.transports.live import LiveInput, LiveOutput
 
 MAX_QUEUED_EVENTS = 1000
 

@@ -9,8 +9,7 @@ for the bot to answer it keeps pushing silence, like a caller holding the line, 
 next file once the bot has finished (or said it will not answer). The speech bounds of each
 file are found offline, so ``speech_start``/``speech_end`` are exact.
 
-Output: a simulated sound card. Audio written while earlier audio still plays is queued
-behind it; each write blocks until the device has room for it, as a real device would.
+Output: ``PacedOutput``, a simulated sound card.
 """
 
 from __future__ import annotations
@@ -26,21 +25,16 @@ from pipecat.frames.frames import (
     EndWorkerFrame,
     Frame,
     InputAudioRawFrame,
-    InterruptionFrame,
-    OutputAudioRawFrame,
     StartFrame,
     UserStartedSpeakingFrame,
     UserStoppedSpeakingFrame,
 )
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
-from pipecat.transports.base_output import BaseOutputTransport
-from pipecat.transports.base_transport import TransportParams
 
 from agent.audio import speech_bounds
 from agent.clock import CallClock, CallRecorder
-from agent.frames import ClipStartedFrame, HoldBotAudioFrame, NoReplyFrame, TimelineEventFrame
-
-FRAME_MS = 20
+from agent.frames import ClipStartedFrame, NoReplyFrame, TimelineEventFrame
+from agent.transports.pacing import FRAME_MS
 
 
 @dataclass
@@ -161,78 +155,3 @@ class ReplayInput(FrameProcessor):
             await self._play_turn(turn)
             await self._wait_for_answer()
         await self.push_frame(EndWorkerFrame(), FrameDirection.UPSTREAM)
-
-
-class SimulatedSpeakerOutput(BaseOutputTransport):
-    """Writes bot audio onto the recording's bot channel as a sound card would play it.
-
-    A ``HoldBotAudioFrame`` stops the writing (what was written still plays out) until it is
-    released, which resumes the answer where it stopped, or an interruption drops it.
-    """
-
-    def __init__(self, clock: CallClock, recorder: CallRecorder, *, rate: int) -> None:
-        super().__init__(
-            # No end silence: the recording ends with the bot's last real sample. 20 ms
-            # chunks (pipecat's default is 40): what is already sent when the caller barges
-            # in plays out, so smaller chunks stop the bot sooner.
-            TransportParams(
-                audio_out_enabled=True,
-                audio_out_sample_rate=rate,
-                audio_out_end_silence_secs=0,
-                audio_out_10ms_chunks=2,
-            ),  # fmt: skip
-        )
-        self._clock = clock
-        self._recorder = recorder
-        self._cursor = 0  # next free sample position on the bot channel
-        self._released = asyncio.Event()  # cleared while a barge-in may be starting
-        self._released.set()
-        self._resuming = False  # the next audio goes on after a hold: not a new first audio
-
-    async def start(self, frame: StartFrame) -> None:
-        await super().start(frame)
-        await self.set_transport_ready(frame)
-
-    async def write_audio_frame(self, frame: OutputAudioRawFrame) -> bool:
-        await self._released.wait()
-        now_ms = self._clock.now_ms()
-        now = self._recorder.position(now_ms)
-        if self._resuming:
-            self._resuming = False
-            self._cursor = max(self._cursor, now)
-        elif self._cursor <= now:
-            # The speaker had gone quiet: this is the first audio of a new stretch of speech.
-            self._cursor = now
-            await self.push_frame(TimelineEventFrame(event="first_audio_out", at_ms=now_ms))
-        self._recorder.write_bot(self._cursor, frame.audio)
-        self._cursor += len(frame.audio) // 2
-        end_ms = self._cursor * 1000 / self.sample_rate
-        await self.push_frame(TimelineEventFrame(event="bot_audio_end", at_ms=round(end_ms, 1)))
-        # Block while more than one chunk is queued in the device, like a real sound card.
-        ahead_secs = (self._cursor - now - len(frame.audio) // 2) / self.sample_rate
-        if ahead_secs > 0:
-            await self._clock.sleep(ahead_secs)
-        return True
-
-    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
-        if isinstance(frame, HoldBotAudioFrame):
-            if frame.hold:
-                self._released.clear()
-            elif not self._released.is_set():
-                self._resuming = True
-                self._released.set()
-            return
-        if isinstance(frame, InterruptionFrame):
-            now_ms = self._clock.now_ms()
-            now = self._recorder.position(now_ms)
-            if self._cursor > now:
-                self._recorder.cut_bot(now)
-                self._cursor = now
-                await self.push_frame(TimelineEventFrame(event="interrupted", at_ms=now_ms))
-                await self.push_frame(TimelineEventFrame(event="bot_audio_end", at_ms=now_ms))
-            elif not self._released.is_set():  # held: its audio stopped at the hold
-                stopped_ms = round(self._cursor * 1000 / self.sample_rate, 1)
-                await self.push_frame(TimelineEventFrame(event="interrupted", at_ms=stopped_ms))
-            self._released.set()
-            self._resuming = False
-        await super().process_frame(frame, direction)

@@ -19,8 +19,8 @@ from pipecat.frames.frames import CancelFrame, EndFrame
 
 from agent.clock import CallClock, CallRecorder
 from agent.errors import UserError
-from agent.live.io import LiveInput, LiveOutput
-from agent.transports.replay import FRAME_MS
+from agent.transports.live import LiveInput, LiveOutput
+from agent.transports.pacing import FRAME_MS
 
 Device = int | str | None
 

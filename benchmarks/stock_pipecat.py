@@ -1,4 +1,4 @@
-"""A stock Pipecat pipeline with our local models, as the baseline for scripts/bench_turns.py.
+"""A stock Pipecat pipeline with our local models, as the baseline for benchmarks/turns.py.
 
 Only Pipecat's own services with their documented defaults: segmented WhisperSTTService,
 the universal LLMContextAggregatorPair (Silero VAD and Pipecat's default turn strategies,

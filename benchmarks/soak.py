@@ -1,7 +1,7 @@
 """Soak test: N simulated phone callers against one ``voice-agent serve`` for M minutes.
 
 Why: a leak or a slow pile-up shows only over time and under concurrent calls. Each caller
-dials ``/phone`` on loopback (the Twilio Media Streams protocol, ``agent.live.caller``),
+dials ``/phone`` on loopback (the Twilio Media Streams protocol, ``benchmarks.caller``),
 asks ``--turns-per-call`` questions from the real speech clips in ``agent/samples``, waiting
 for each answer, hangs up and dials again, until the time is up. Per minute it reports
 completed turns, errors (a question without an answer, a call that could not be made),
@@ -10,7 +10,7 @@ received) and the server's RSS (with its child processes). At the end: RSS growt
 minute 2 to the last minute, server crashes and lost calls (a call whose socket closed
 before the caller hung up). Writes a JSON result; exit 1 when a target is missed.
 
-    .venv/bin/python scripts/soak.py --callers 4 --minutes 10 [--url ws://HOST:PORT/phone]
+    .venv/bin/python -m benchmarks.soak --callers 4 --minutes 10 [--url ws://HOST:PORT/phone]
 
 Without ``--url`` it starts ``voice-agent serve`` on a free loopback port itself (calls
 written to a temporary folder) and stops it at the end.
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import signal
 import subprocess
@@ -35,14 +34,15 @@ from typing import Any
 import numpy as np
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
-from agent.audio import load_audio, speech_bounds
-from agent.live.caller import PhoneCaller
-from agent.live.process_memory import tree_rss_kib
+from agent.audio import speech_bounds
 from agent.llm.llama_server import free_port
 from agent.timing.budget import rounded_percentile
+from benchmarks.caller import PhoneCaller
+from benchmarks.clips import CLIPS, load_clip
+from benchmarks.memory import tree_rss_kib
+from benchmarks.results import write_json
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLES = ROOT / "agent" / "samples"
 MAX_CALLERS = 16
 MAX_MINUTES = 60
 ANSWER_TIMEOUT_SECS = 30.0
@@ -73,7 +73,7 @@ class Soak:
         self.callers = callers
         self.minutes = minutes
         self.turns_per_call = turns_per_call
-        self.clips = [self._clip(p) for p in sorted(SAMPLES.glob("*.wav"))]
+        self.clips = [self._clip(name) for name in sorted(CLIPS)]
         self.started = 0.0
         self.per_minute: list[Minute] = []
         self.calls = 0
@@ -82,10 +82,10 @@ class Soak:
         self.log: list[str] = []
 
     @staticmethod
-    def _clip(path: Path) -> Clip:
-        samples = load_audio(path, 16000)
+    def _clip(name: str) -> Clip:
+        samples = load_clip(name, 16000)
         bounds = speech_bounds(samples, 16000)
-        return Clip(path.name, samples, bounds[1] if bounds else len(samples) - 1)
+        return Clip(name, samples, bounds[1] if bounds else len(samples) - 1)
 
     def minute(self) -> Minute:
         index = int((time.monotonic() - self.started) // 60)
@@ -253,7 +253,7 @@ def main() -> int:
         finally:
             crashed = proc is not None and stop_server(proc)
     result = report(soak, crashed)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.out, result)
     print_table(result)
     print(f"result: {args.out}")
     return 1 if result["targets_missed"] else 0

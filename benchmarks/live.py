@@ -20,7 +20,7 @@ One process loads the models and the LLM engine once, then, round by round:
      bot audio stopped).
 Prints a table and writes JSON (default /tmp/bench_live.json).
 
-    .venv/bin/python scripts/bench_live.py [--rounds 2] [--barge-ins 6] [--out FILE]
+    .venv/bin/python -m benchmarks.live [--rounds 2] [--barge-ins 6] [--out FILE]
 """
 
 from __future__ import annotations
@@ -35,19 +35,20 @@ from typing import Any
 
 import numpy as np
 
-from agent.audio import load_audio, speech_bounds
+from agent.audio import speech_bounds
 from agent.live.call import Runtime
-from agent.live.caller import PhoneCaller
 from agent.live.server import CallServer, serve_calls
 from agent.pipeline import AgentModels, llm_engine
 from agent.replay import replay_call
 from agent.settings import Settings
 from agent.timing.budget import load_budget, rounded_percentile
-from agent.transports.phone import PHONE_RATE, through_phone_line
+from agent.transports.g711 import PHONE_RATE, through_phone_line
 from agent.transports.replay import ReplayTurn
+from benchmarks.caller import PhoneCaller
+from benchmarks.clips import load_clip, whole_sentences
+from benchmarks.results import write_json
 
-SAMPLES = Path(__file__).resolve().parents[1] / "agent" / "samples"
-CLIPS = ["new_home_in_the_stars.wav", "ldc93s1.wav", "jfk_part2.wav"]
+CLIPS = whole_sentences()
 RATE = 16000
 ANSWER_TIMEOUT = 40.0
 QUIET_SECS = 1.2  # no bot audio for this long: the answer is over
@@ -142,7 +143,7 @@ def paired(a: list[float | None], b: list[float | None]) -> dict[str, Any]:
 
 
 async def bench(args: argparse.Namespace, runtime: Runtime, work: Path) -> dict[str, Any]:
-    clips = [load_audio(SAMPLES / name, RATE) for name in CLIPS]
+    clips = [load_clip(name, RATE) for name in CLIPS]
     phone_clips = [through_phone_line(c) for c in clips]
     phone_settings = runtime.settings.for_phone()
     kinds = ("replay", "replay_phone_audio", "phone_server", "phone_caller")
@@ -183,8 +184,8 @@ async def bench(args: argparse.Namespace, runtime: Runtime, work: Path) -> dict[
                 pairs[key] += values
 
         started = time.monotonic()
-        question = load_audio(SAMPLES / "ldc93s1.wav", RATE)
-        home = load_audio(SAMPLES / "new_home_in_the_stars.wav", RATE)
+        question = load_clip("ldc93s1.wav", RATE)
+        home = load_clip("new_home_in_the_stars.wav", RATE)
         interruption = home[max(0, speech_bounds(home, RATE)[0] - RATE // 10) :]
         attempts = await barge_ins(url, question, interruption, args.barge_ins)
         barge_call = sorted((work / "calls").glob("*-phone-*"))[-1]
@@ -266,8 +267,7 @@ def main() -> None:
             f"  no clear: the bot's audio kept arriving {a['bot_talking_ms']:.0f} ms after the "
             f"caller started ({a['answer_audio_before_cut_s']} s of answer)"
         )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.out, result)
     print(f"\nwritten: {args.out}")
 
 

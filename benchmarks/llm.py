@@ -18,14 +18,13 @@ gets the same conversation and barge-ins, on its own after the llama.cpp arms (s
 worker does not share the two cores with them); its barge-in stop is read off its
 /metrics counter of generated tokens. Prints tables and writes JSON.
 
-    .venv/bin/python scripts/bench_llm.py [--turns 10] [--barge-ins 5] [--out runs/bench_llm.json]
+    .venv/bin/python -m benchmarks.llm [--turns 10] [--barge-ins 5] [--out runs/bench_llm.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import re
 import statistics
@@ -43,6 +42,7 @@ from agent.llm.vllm_server import VllmServer
 from agent.settings import Settings
 from agent.timing.budget import rounded_percentile
 from agent.timing.summary import stage_stats
+from benchmarks.results import write_json
 
 USER_TURNS = [
     "Hi there, who am I speaking with?",
@@ -350,8 +350,7 @@ async def main() -> None:
             f"{row['tokens_per_s']:>7}"
         )
     print_barge_ins(report["barge_in"])
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
+    write_json(args.out, report)
     print(f"saved {args.out} ({statistics.mean(len(r) for r in results.values()):.0f} turns each)")
 
 

@@ -1,6 +1,6 @@
 """A simulated phone: what Twilio Media Streams would send to ``/phone``, and what it hears.
 
-Used by the tests and ``scripts/bench_live.py``; also handy to smoke-test a running server.
+Used by the tests and ``benchmarks/live.py``; also handy to smoke-test a running server.
 Like a real phone line it sends 20 ms of 8 kHz mu-law every 20 ms for the whole call
 (silence between utterances), speaks audio files on demand, and records when each frame
 went out and when each reply message came in, so latency can be measured from the
@@ -29,7 +29,7 @@ import numpy as np
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from agent.transports.phone import PHONE_RATE, Rate2Converter, mulaw_decode, mulaw_encode
+from agent.transports.g711 import PHONE_RATE, Rate2Converter, mulaw_decode, mulaw_encode
 
 FRAME_SECS = 0.02
 FRAME_BYTES = int(PHONE_RATE * FRAME_SECS)

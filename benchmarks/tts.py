@@ -8,14 +8,13 @@ previous phrase finished playing (a gap the caller would hear). Also Piper's rea
 factor over all phrases. As in the pipeline, llama.cpp pauses decoding while the first
 phrase is synthesised (``llm.pause_for_first_phrase``); two settings run without it too.
 
-    .venv/bin/python scripts/bench_tts.py [--rounds 2] [--out runs/bench_tts.json]
+    .venv/bin/python -m benchmarks.tts [--rounds 2] [--out runs/bench_tts.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -28,6 +27,7 @@ from agent.synthesis.chunker import split_phrase
 from agent.synthesis.piper_tts import PiperVoiceModel
 from agent.synthesis.speakable import speakable
 from agent.timing.budget import rounded_percentile
+from benchmarks.results import write_json
 
 RATE = 16000
 USER_TURNS = [
@@ -111,7 +111,7 @@ async def main() -> None:
     llm = InProcessLlama(
         model_store.resolve(settings.llm.model, "llm", settings.models_dir), settings.llm
     )
-    voice = PiperVoiceModel(model_store.resolve(settings.tts.voice, "tts", settings.models_dir))
+    voice = PiperVoiceModel.from_settings(settings.tts, settings.models_dir)
     voice.synthesize("Warm up.", RATE)
     pool = ThreadPoolExecutor(max_workers=1)
 
@@ -161,8 +161,7 @@ async def main() -> None:
             f"{row['first_phrase_plus_tts_ttfb_p95_ms']!s:>8} "
             f"{row['audible_gaps']}/{row['later_phrases']:<4}"
         )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
+    write_json(args.out, report)
 
 
 if __name__ == "__main__":

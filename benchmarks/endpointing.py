@@ -19,8 +19,8 @@ before the true end, inside a mid-turn pause) as a count and per turn, split int
 pauses inside JFK's sentence and the eight pauses between two finished sentences (where
 calling the turn over is defensible; a caller may still go on).
 
-    .venv/bin/python scripts/bench_endpointing.py [--out runs/bench_endpointing.json]
-    .venv/bin/python scripts/bench_endpointing.py --line phone --stop-windows 0.15 \
+    .venv/bin/python -m benchmarks.endpointing [--out runs/bench_endpointing.json]
+    .venv/bin/python -m benchmarks.endpointing --line phone --stop-windows 0.15 \
         --max-silences 1.5 --smart-turn on --leans 0.3,0.2,0.1,0.05
 """
 
@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +44,7 @@ from pipecat.frames.frames import (
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
-from agent.audio import load_audio, speech_bounds
+from agent.audio import speech_bounds
 from agent.clock import CallClock
 from agent.pipeline import run_pipeline
 from agent.recognition.streaming_stt import StreamingWhisperSTT
@@ -53,9 +52,10 @@ from agent.recognition.turn_detector import TurnDetector, TurnModels
 from agent.recognition.whisper_decoder import RATE, WhisperDecoder
 from agent.settings import Settings, TurnSettings
 from agent.timing.budget import rounded_percentile
-from agent.transports.phone import through_phone_line
+from agent.transports.g711 import through_phone_line
+from benchmarks.clips import load_clip
+from benchmarks.results import write_json
 
-SAMPLES = Path(__file__).resolve().parents[1] / "agent" / "samples"
 FRAME = RATE * 20 // 1000
 TAIL_SECS = 4.0
 JOIN_PAUSES = (0.4, 0.7, 1.0, 1.3)
@@ -74,7 +74,7 @@ class Turn:
 
 
 def _speech(name: str) -> np.ndarray:
-    samples = load_audio(SAMPLES / name, RATE)
+    samples = load_clip(name, RATE)
     bounds = speech_bounds(samples, RATE)
     assert bounds is not None, name
     return samples[bounds[0] : bounds[1]]
@@ -83,7 +83,7 @@ def _speech(name: str) -> np.ndarray:
 def build_turns(line: str = "wide") -> list[Turn]:
     """Real speech with known true ends and mid-turn pauses, heard on a wide or phone line."""
     lead = np.zeros(RATE // 2, dtype=np.int16)
-    jfk = [load_audio(SAMPLES / f, RATE) for f in ("jfk_part1.wav", "jfk_part2.wav")]
+    jfk = [load_clip(f, RATE) for f in ("jfk_part1.wav", "jfk_part2.wav")]
     whole = [("jfk_whole", np.concatenate(jfk)), ("jfk_part2", jfk[1])]
     ldc, home = _speech("ldc93s1.wav"), _speech("new_home_in_the_stars.wav")
     joined = [
@@ -260,8 +260,7 @@ async def main() -> None:
         "defaults": settings.turn.model_dump(),
         "grid": rows,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
+    write_json(args.out, report)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ per second of audio. Interim gaps count only while the caller speaks: a gap that
 VAD pause is not one. Baseline in the same run: faster-whisper's own offline
 ``transcribe()`` of each whole file with the same model (its defaults: beam 5, 30 s window).
 
-    .venv/bin/python scripts/bench_stt.py [--rounds 3] [--interval-ms N] [--out FILE]
+    .venv/bin/python -m benchmarks.stt [--rounds 3] [--interval-ms N] [--out FILE]
 """
 
 from __future__ import annotations
@@ -22,14 +22,13 @@ import jiwer
 import numpy as np
 
 from agent import model_store
-from agent.audio import load_audio
-from agent.recognition.transcribe import TranscriptEvent, transcribe_stream
 from agent.recognition.whisper_decoder import RATE, WhisperDecoder
 from agent.settings import Settings
 from agent.timing.budget import rounded_percentile
+from agent.tools.transcribe import TranscriptEvent, transcribe_stream
 from agent.transports.replay import ReplayTurn
-
-SAMPLES = Path(__file__).resolve().parents[1] / "agent" / "samples"
+from benchmarks import clips
+from benchmarks.results import write_json
 
 
 def norm(text: str) -> str:
@@ -76,13 +75,13 @@ async def main() -> None:
         model_dir, compute_type=settings.asr.compute_type, threads=settings.asr.threads,
         language=settings.asr.language,
     )  # fmt: skip
-    manifest = [json.loads(x) for x in (SAMPLES / "manifest.jsonl").read_text().splitlines()]
+    manifest = list(clips.manifest().values())
     refs, ours, offline = [], [], []
     stt_final, interim_gaps, offline_ms, turns_per_clip = [], [], [], {}
     audio_secs = 0.0
     for round_no in range(args.rounds):
         for clip in manifest:
-            samples = load_audio(SAMPLES / clip["file"], RATE)
+            samples = clips.load_clip(clip["file"], RATE)
             events = await transcribe_stream(decoder, ReplayTurn(clip["file"], samples), settings)
             finals = [e for e in events if e.kind == "final"]
             ends = [e for e in events if e.kind == "turn_end"]
@@ -127,8 +126,7 @@ async def main() -> None:
         "transcripts": {"streaming": ours[:n], "offline": offline},
     }
     print(json.dumps({k: v for k, v in report.items() if k != "transcripts"}, indent=2))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
+    write_json(args.out, report)
 
 
 if __name__ == "__main__":

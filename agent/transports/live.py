@@ -3,10 +3,10 @@
 ``LiveInput`` takes caller audio from whatever delivers it (a websocket handler, a sound
 card thread), cuts it into 20 ms frames and pushes them into the pipeline from its own task,
 recording each frame on the call's timeline. Audio faster than real time (a client pushing
-minutes of it in seconds) is dropped at the door (``limits.RealTimeGate``).
+minutes of it in seconds) is dropped at the door (``RealTimeGate``).
 
-``LiveOutput`` is the replay transport's simulated speaker (same pacing, same timeline events,
-same recording) with a listener attached: each chunk is also delivered to the caller, and a
+``LiveOutput`` is a ``PacedOutput`` (the replay's simulated speaker: same pacing, same timeline
+events, same recording) with a listener attached: each chunk is also delivered to the caller, and a
 barge-in flushes what the listener still has queued. Pacing writes at the listener's playback
 speed keeps the bot's speaking state true to what the caller hears, so barge-in works and
 a flush drops at most a chunk or two.
@@ -20,8 +20,8 @@ waits longer than ``SEND_STALL_SECS`` gives up on the listener: ``on_stalled`` i
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 from loguru import logger
@@ -38,31 +38,64 @@ from pipecat.frames.frames import (
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from agent.clock import CallClock, CallRecorder
-from agent.live.limits import RealTimeGate
-from agent.transports.replay import FRAME_MS, SimulatedSpeakerOutput
+from agent.transports.pacing import FRAME_MS, PacedOutput
 
 JITTER_MS = 120  # arrival jitter absorbed before the user track re-syncs to the clock
 MAX_BACKLOG_SECS = 5.0  # caller audio the pipeline may fall behind before frames are dropped
 # Bot audio is written at playback pace, so a send that waits this long on a full outbound
 # buffer means the listener has stopped taking audio for about that long.
 SEND_STALL_SECS = 5.0
+# A caller's audio may arrive this much faster than real time (network jitter bunches
+# frames up) plus a burst of BURST_SECS; more is dropped, so a client pushing minutes of
+# audio in seconds costs what a real caller costs.
+MAX_INPUT_SPEED = 1.5
+BURST_SECS = 1.0
 
 
-class NullRecorder(CallRecorder):
-    """A recorder that keeps nothing: for calls that write no call.wav (``--no-wav``, or a
-    disk under its free-space floor)."""
+class RealTimeGate:
+    """Admits caller audio up to ``speed`` x real time since the call's input was made;
+    drops the rest.
 
-    def write_user(self, pos: int, pcm: bytes) -> None:
-        pass
+    The clock starts with the gate, not with the first sample read: audio that queued up
+    while the call's pipeline was being built arrives at once and is still on time. One
+    warning per call when it first drops; ``admitted_secs`` and ``dropped_secs`` say how
+    much went each way.
+    """
 
-    def write_bot(self, pos: int, pcm: bytes) -> None:
-        pass
+    def __init__(
+        self,
+        rate: int,
+        *,
+        speed: float = MAX_INPUT_SPEED,
+        burst_secs: float = BURST_SECS,
+        now: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._rate = rate
+        self._speed = speed
+        self._burst = burst_secs * rate
+        self._now = now
+        self._t0 = now()
+        self._admitted = 0
+        self._dropped = 0
 
-    def cut_bot(self, pos: int) -> None:
-        pass
+    def admit(self, samples: int) -> bool:
+        allowed = self._speed * self._rate * (self._now() - self._t0) + self._burst
+        if self._admitted + samples <= allowed:
+            self._admitted += samples
+            return True
+        if not self._dropped:
+            logger.warning("caller audio arrives faster than {:g}x real time: dropping the excess",
+                           self._speed)  # fmt: skip
+        self._dropped += samples
+        return False
 
-    def save(self, path: Path) -> None:
-        pass
+    @property
+    def admitted_secs(self) -> float:
+        return round(self._admitted / self._rate, 2)
+
+    @property
+    def dropped_secs(self) -> float:
+        return round(self._dropped / self._rate, 2)
 
 
 class LiveInput(FrameProcessor):
@@ -171,7 +204,7 @@ class LiveInput(FrameProcessor):
             )
 
 
-class LiveOutput(SimulatedSpeakerOutput):
+class LiveOutput(PacedOutput):
     """Bot audio to a live listener at playback pace; a barge-in flushes the listener."""
 
     on_stalled: Callable[[str], None] | None = None  # told once when the listener stalls

@@ -4,7 +4,7 @@ Why: to know how many calls one 2-core machine holds. One server is started with
 settings (all default models loaded, one shared LLM engine) and measured from outside:
 
 - RSS with the models loaded and no call (median of a few samples after it settles);
-- then, for N = 1, 2, 3, 4 simultaneous callers (``scripts/soak.py``'s simulated Twilio
+- then, for N = 1, 2, 3, 4 simultaneous callers (``benchmarks/soak.py``'s simulated Twilio
   callers on loopback, asking the real speech clips of ``agent/samples``), M minutes each:
   the server's exact peak RSS during that step (the process tree's ``VmHWM``, reset before
   each step; a 5 s sampled maximum is reported beside it), the extra peak RSS over the step
@@ -17,7 +17,7 @@ settings (all default models loaded, one shared LLM engine) and measured from ou
 Steps run in increasing N on the same server, so each step starts with what the allocator
 kept from the ones before; the extra RSS per call is a difference of peaks.
 
-    .venv/bin/python scripts/bench_capacity.py [--callers 1,2,3,4] [--minutes 2]
+    .venv/bin/python -m benchmarks.capacity [--callers 1,2,3,4] [--minutes 2]
         [--profile cpu] [--out runs/bench_capacity.json]
 
 Full run: about 4 x 2 minutes of calls plus startup (about 10 minutes).
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
 import tempfile
@@ -38,18 +37,17 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
-
-from soak import MAX_CALLERS, Soak, report, start_server, stop_server  # noqa: E402
-
-from agent.live.process_memory import (  # noqa: E402
+from agent.settings import load_settings
+from agent.timing.budget import load_budget
+from benchmarks.memory import (
     reset_peak_rss,
     tree_peak_rss_kib,
     tree_rss_kib,
 )
-from agent.settings import load_settings  # noqa: E402
-from agent.timing.budget import load_budget  # noqa: E402
+from benchmarks.results import write_json
+from benchmarks.soak import MAX_CALLERS, Soak, report, start_server, stop_server
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SETTLE_SECS = 10.0  # after "serving on": let start-up work (first allocations, threads) finish
 BETWEEN_STEPS_SECS = 5.0  # the last calls' files are written after the caller hangs up
@@ -189,8 +187,7 @@ def main() -> int:
         "calls_held_within_budget": held,
         "server_crashed": crashed,
     }  # fmt: skip
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.out, result)
     print_table(result)
     print(f"wrote {args.out}")
     return 1 if crashed else 0

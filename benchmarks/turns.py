@@ -5,7 +5,7 @@ writes a call.wav on one timeline; voice-to-voice for both is read off those rec
 (agent/timing/callwav.py), not from either side's logs. Rounds alternate which pipeline goes
 first, so drift on a shared machine hits both.
 
-    .venv/bin/python scripts/bench_turns.py --rounds 2
+    .venv/bin/python -m benchmarks.turns --rounds 2
 """
 
 from __future__ import annotations
@@ -21,24 +21,23 @@ from typing import Any
 
 import httpx
 
+from agent import model_store
+from agent.audio import load_audio
+from agent.clock import CallClock, CallRecorder
+from agent.llm.llama_server import LlamaServer
+from agent.pipeline import run_pipeline
+from agent.settings import Settings, load_settings
+from agent.timing.budget import rounded_percentile
+from agent.timing.callwav import load_thresholds, measure_call
+from agent.timing.timeline import PART_STAGES
+from agent.transports.pacing import PacedOutput
+from agent.transports.replay import ReplayInput, ReplayTurn
+from benchmarks.clips import CLIPS, SAMPLES
+from benchmarks.results import write_json
+from benchmarks.stock_pipecat import build_stock_pipeline
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
-from stock_pipecat import build_stock_pipeline  # noqa: E402
-
-from agent import model_store  # noqa: E402
-from agent.audio import load_audio  # noqa: E402
-from agent.clock import CallClock, CallRecorder  # noqa: E402
-from agent.llm.llama_server import LlamaServer  # noqa: E402
-from agent.pipeline import run_pipeline  # noqa: E402
-from agent.settings import Settings, load_settings  # noqa: E402
-from agent.timing.budget import rounded_percentile  # noqa: E402
-from agent.timing.callwav import load_thresholds, measure_call  # noqa: E402
-from agent.transports.replay import ReplayInput, ReplayTurn, SimulatedSpeakerOutput  # noqa: E402
-
-SAMPLES = ROOT / "agent" / "samples"
-DEFAULT_CLIPS = ["new_home_in_the_stars.wav", "ldc93s1.wav", "jfk_part1.wav", "jfk_part2.wav"]
-STAGES = ["endpointing", "stt_final", "llm_ttft", "first_phrase", "tts_ttfb", "transport_out"]
 
 
 def warm_server(server: LlamaServer, system_prompt: str) -> None:
@@ -84,7 +83,7 @@ async def _stock_call(
     transport_in = ReplayInput(
         turns, clock, recorder, rate=rate, answer_timeout_secs=answer_timeout
     )
-    transport_out = SimulatedSpeakerOutput(clock, recorder, rate=rate)
+    transport_out = PacedOutput(clock, recorder, rate=rate)
     pipeline = build_stock_pipeline(
         transport_in,
         transport_out,
@@ -132,7 +131,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_turns.json")
     parser.add_argument("--answer-timeout", type=float, default=20.0, help="stock: secs per turn")
     args = parser.parse_args()
-    clips = args.clips or [SAMPLES / c for c in DEFAULT_CLIPS]
+    clips = args.clips or [SAMPLES / c for c in CLIPS]
     thresholds = load_thresholds(SAMPLES / "manifest.jsonl")
     if missing := [c.name for c in clips if c.name not in thresholds]:
         print(
@@ -145,7 +144,7 @@ def main() -> int:
     loaded = [(c.name, load_audio(c, rate)) for c in clips]
     work = args.out.with_suffix("")
     results: dict[str, list[dict[str, Any]]] = {"ours": [], "stock": []}
-    stages: dict[str, list[float]] = {s: [] for s in STAGES}
+    stages: dict[str, list[float]] = {s: [] for s in PART_STAGES}
 
     gguf = model_store.resolve(settings.llm.model, "llm", settings.models_dir)
     with LlamaServer(gguf, settings.llm) as server:
@@ -158,7 +157,7 @@ def main() -> int:
                 if mode == "ours":
                     records = run_ours(clips, out)
                     for rec in records:
-                        for s in STAGES:
+                        for s in PART_STAGES:
                             if rec["stages"].get(s) is not None:
                                 stages[s].append(rec["stages"][s])
                 else:
@@ -184,8 +183,7 @@ def main() -> int:
         "ratio_stock_over_ours_p50": ratio,
         "turns": results,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_json(args.out, report)
 
     print(f"\n{'mode':<6} {'turns':>5} {'answered':>8} {'early':>5} {'v2v p50':>8} {'v2v p95':>8}")
     for m in ("ours", "stock"):

@@ -19,7 +19,7 @@ every one starts from freshly loaded models. Rounds alternate the order (forward
 reversed), so drift on a shared machine hits every configuration alike. Voice-to-voice is
 read off each call.wav (agent/timing/callwav.py); per-stage p50/p95 come from the turn records.
 
-    .venv/bin/python scripts/bench_threads.py [--rounds 2] [--configs 2-2-2,2-1-2,1-2-1,1-1-1]
+    .venv/bin/python -m benchmarks.threads [--rounds 2] [--configs 2-2-2,2-1-2,1-2-1,1-1-1]
         [--out runs/bench_threads.json]
 
 Full run (4 configurations x 2 rounds): about 8-10 minutes on the 2-core machine.
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import os
 import sys
 import time
@@ -39,15 +38,16 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from agent.audio import load_audio
+from agent.settings import load_settings
+from agent.timing.callwav import load_thresholds, measure_call
+from agent.timing.summary import stage_stats, stage_values
+from agent.timing.timeline import PART_STAGES
+from benchmarks.clips import CLIPS, SAMPLES
+from benchmarks.results import write_json
+from benchmarks.turns import mode_summary, run_ours
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
-
-from bench_turns import DEFAULT_CLIPS, SAMPLES, STAGES, mode_summary, run_ours  # noqa: E402
-
-from agent.audio import load_audio  # noqa: E402
-from agent.settings import load_settings  # noqa: E402
-from agent.timing.callwav import load_thresholds, measure_call  # noqa: E402
-from agent.timing.summary import stage_stats, stage_values  # noqa: E402
 
 DEFAULT_CONFIGS = ["2-2-2", "2-1-2", "1-2-1", "1-1-1"]
 THREAD_ENV = ("VOICE_AGENT_ASR__THREADS", "VOICE_AGENT_LLM__THREADS", "VOICE_AGENT_TTS__THREADS")
@@ -78,10 +78,10 @@ def print_table(summary: dict[str, dict[str, Any]]) -> None:
     table = Table(
         title="voice-to-voice (from call.wav) and per-stage p50 ms, by asr-llm-tts threads"
     )
-    for name in ("asr-llm-tts", "turns", "early", "v2v p50", "v2v p95", *STAGES):
+    for name in ("asr-llm-tts", "turns", "early", "v2v p50", "v2v p95", *PART_STAGES):
         table.add_column(name, justify="right")
     for config, s in summary.items():
-        stage_p50 = [str(s["stages"][name]["p50"]) for name in STAGES]
+        stage_p50 = [str(s["stages"][name]["p50"]) for name in PART_STAGES]
         table.add_row(
             config, str(s["turns"]), str(s["answered_early"]),
             str(s["voice_to_voice_p50_ms"]), str(s["voice_to_voice_p95_ms"]), *stage_p50,
@@ -98,7 +98,7 @@ def main() -> int:
     configs = parse_configs(args.configs)
     if args.rounds < 1:
         raise SystemExit("bench_threads: --rounds must be at least 1")
-    clips = [SAMPLES / c for c in DEFAULT_CLIPS]
+    clips = [SAMPLES / c for c in CLIPS]
     thresholds = load_thresholds(SAMPLES / "manifest.jsonl")
     rate = load_settings().sample_rate
     loaded = [(c.name, load_audio(c, rate)) for c in clips]
@@ -124,7 +124,7 @@ def main() -> int:
     for config in configs:
         summary[config] = mode_summary(turns[config])
         values = stage_values(records[config])
-        summary[config]["stages"] = {name: stage_stats(values[name]) for name in STAGES}
+        summary[config]["stages"] = {name: stage_stats(values[name]) for name in PART_STAGES}
     report = {
         "clips": [c.name for c in clips],
         "rounds": args.rounds,
@@ -134,8 +134,7 @@ def main() -> int:
         "summary": summary,
         "turns": turns,
     }  # fmt: skip
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_json(args.out, report)
     print_table(summary)
     print(f"wrote {args.out}")
     return 0

@@ -109,6 +109,10 @@ def serve(
     max_call_secs: Annotated[
         float | None, typer.Option(help="A call is ended (files written) after this long.")
     ] = None,
+    drain_secs: Annotated[
+        float | None,
+        typer.Option(help="On SIGTERM, calls in progress may go on this long, none is taken."),
+    ] = None,
 ) -> None:
     """Serve live calls: a phone bridge (/phone, Twilio Media Streams) and a browser page (/)."""
     from agent.live.process_memory import freeze_startup_objects, settle_heap
@@ -120,6 +124,7 @@ def serve(
         config, llm_url, llm_model, budget_file=budget, budget_profile=profile,
         serve_token=token, serve_allowed_origins=allowed_origin or None,
         serve_max_calls=max_calls, serve_max_call_secs=max_call_secs,
+        serve_drain_secs=drain_secs,
     )  # fmt: skip
     secret = settings.serve_token.get_secret_value() if settings.serve_token else None
     twilio = settings.serve_twilio_auth_token
@@ -137,6 +142,7 @@ def serve(
             max_calls_per_address=settings.serve_max_calls_per_address,
             max_call_secs=settings.serve_max_call_secs,
             no_media_secs=settings.serve_no_media_secs, retention=retention(settings),
+            drain_secs=settings.serve_drain_secs,
         )  # fmt: skip
         asyncio.run(serve_calls(server, host, port))
 

@@ -534,6 +534,7 @@ async def serve_calls(
         ) as ws_server:  # fmt: skip
             bound = next(iter(ws_server.sockets)).getsockname()[1]
             server.bound(host, bound)
+            server.calls_dir.mkdir(parents=True, exist_ok=True)  # its free space is checked
             await server.prune()
             server.say(
                 f"serving on http://{host}:{bound}/ (phone: ws://{host}:{bound}/phone, "

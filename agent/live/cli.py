@@ -1,4 +1,4 @@
-"""The live commands, ``serve`` and ``talk``, added to the main ``voice-agent`` app."""
+"""The live commands, ``serve``, ``pool`` and ``talk``, added to the main ``voice-agent`` app."""
 
 from __future__ import annotations
 
@@ -147,6 +147,47 @@ def serve(
         asyncio.run(serve_calls(server, host, port))
 
 
+def pool(
+    workers: Annotated[int, typer.Option(help="voice-agent serve processes.")] = 2,
+    host: Annotated[str, typer.Option(help="Address HAProxy listens on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port HAProxy listens on.")] = 8765,
+    cpus: Annotated[
+        list[str] | None,
+        typer.Option(help="Pin worker i to the i-th of these taskset CPU lists (repeatable)."),
+    ] = None,
+    calls_per_worker: Annotated[
+        int | None, typer.Option(help="Calls one worker takes at once (serve_max_calls).")
+    ] = None,
+    calls_dir: CallsDirOpt = Path("calls"),
+    drain_secs: Annotated[
+        float | None, typer.Option(help="On SIGTERM, calls in progress may go on this long.")
+    ] = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Serve calls from several workers behind HAProxy, sharing one llama.cpp server."""
+    import signal
+    import threading
+
+    from agent.live.haproxy import haproxy_binary
+    from agent.live.pool import Pool
+    from agent.live.server import check_serve_security
+
+    settings = _runtime_settings(config, None, None, serve_max_calls=calls_per_worker,
+                                 serve_drain_secs=drain_secs)  # fmt: skip
+    secret = settings.serve_token.get_secret_value() if settings.serve_token else None
+    check_serve_security(host, secret)
+    haproxy_binary()
+    _check_port_free(host, port)
+    stopping = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stopping.set())
+    with Pool(settings, workers=workers, host=host, port=port, calls_dir=calls_dir, cpus=cpus,
+              say=lambda line: typer.echo(line)) as running:  # fmt: skip
+        while not stopping.wait(1.0):
+            running.restart_exited()
+        typer.echo("stopping: draining the workers", err=True)
+
+
 def talk(
     input_device: Annotated[
         str | None, typer.Option(help="Microphone: a device index or part of its name.")
@@ -189,4 +230,5 @@ def talk(
 def register(app: typer.Typer) -> None:
     """Add ``serve`` and ``talk`` to the main app."""
     app.command("serve")(user_errors(serve))
+    app.command("pool")(user_errors(pool))
     app.command("talk")(user_errors(talk))

@@ -29,6 +29,9 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
 # Why a call was refused before it began (a small fixed set: a label per client would not be).
 REFUSALS = ("full", "per_address", "draining", "denied")
+KINDS = ("phone", "browser")
+# The stages that report errors (``StageErrorFrame``), and ``call`` for a failed call.
+ERROR_STAGES = ("stt", "llm", "tts", "transport", "call")
 
 
 def error_stage(line: str) -> str:
@@ -57,10 +60,14 @@ class CallMetrics:
                                 ["stage"], buckets=BUCKETS, registry=r)  # fmt: skip
         self.errors = Counter("voice_agent_errors", "Recovered or fatal errors, by stage",
                               ["stage"], registry=r)  # fmt: skip
-        for reason in REFUSALS:  # every series exists from the start, at 0
-            self.refused.labels(reason)
-        for stage in STAGE_NAMES:
-            self.stages.labels(stage)
+        for counter, labels in (
+            (self.calls, KINDS),
+            (self.refused, REFUSALS),
+            (self.stages, STAGE_NAMES),
+            (self.errors, ERROR_STAGES),
+        ):
+            for label in labels:  # every series exists from the start, at 0
+                counter.labels(label)
 
     def observe_turns(self, records: list[dict[str, Any]]) -> None:
         """Count finished turns (each once), their stage latencies and their errors."""

@@ -63,6 +63,11 @@ class Worker:
     cpus: str | None = None
     process: subprocess.Popen | None = field(default=None, repr=False)
 
+    @property
+    def name(self) -> str:
+        """Its server name in HAProxy's configuration."""
+        return f"w{self.index}"
+
     def url(self, path: str, scheme: str = "http") -> str:
         return f"{scheme}://127.0.0.1:{self.port}{path}"
 
@@ -126,6 +131,7 @@ class Pool:
                "VOICE_AGENT_LLM__BASE_URL": self.llm.base_url,
                "VOICE_AGENT_LLM__API_KEY": self.llm.api_key,
                "VOICE_AGENT_LLM__MODEL": gguf.stem,
+               "VOICE_AGENT_SERVE_TOKEN": settings.serve_token.get_secret_value(),
                "VOICE_AGENT_SERVE_MAX_CALLS": str(settings.serve_max_calls),
                "VOICE_AGENT_SERVE_DRAIN_SECS": str(settings.serve_drain_secs)}  # fmt: skip
         self.workers = [
@@ -150,6 +156,7 @@ class Pool:
             for worker in self.workers:
                 worker.wait_healthy()
             self.haproxy.start()
+            self.haproxy.wait_up([w.name for w in self.workers], timeout=30)
         except BaseException:
             self.__exit__()
             raise

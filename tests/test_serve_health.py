@@ -77,8 +77,10 @@ async def test_metrics_are_behind_the_token_and_count_refusals():
 
 def test_turns_are_counted_with_their_stages_and_errors():
     metrics = CallMetrics(lambda: 0, 1, lambda: False)
-    answered = {"stages": {"endpointing": 250.0, "voice_to_voice": 700.0, "llm_ttft": None},
-                "errors": ["llm (openai): APITimeoutError: ...", "tts: RuntimeError: x"]}
+    answered = {
+        "stages": {"endpointing": 250.0, "voice_to_voice": 700.0, "llm_ttft": None},
+        "errors": ["llm (openai): APITimeoutError: ...", "tts: RuntimeError: x"],
+    }
     unanswered = {"stages": {"endpointing": 300.0, "voice_to_voice": None}, "errors": []}
     metrics.observe_turns([answered, unanswered])
     found = samples(metrics.exposition())

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import httpx
@@ -44,6 +47,25 @@ def pool(tmp_path_factory) -> Iterator[Pool]:
     with Pool(settings, workers=2, host="127.0.0.1", port=free_port(),
               calls_dir=tmp_path_factory.mktemp("calls")) as running:  # fmt: skip
         yield running
+
+
+@pytest.mark.parametrize(
+    ("flags", "token", "says"),
+    [
+        ((), None, "needs a serve token"),
+        (("--cpus", "0-999"), TOKEN, "this machine lets us use CPUs"),
+        (("--workers", "0"), TOKEN, "at least 1"),
+    ],
+)
+def test_bad_input_is_one_line(flags, token, says):
+    env = {k: v for k, v in os.environ.items() if k != "VOICE_AGENT_SERVE_TOKEN"}
+    if token:
+        env["VOICE_AGENT_SERVE_TOKEN"] = token
+    done = subprocess.run([sys.executable, "-m", "agent.cli", "pool", "--port", "0", *flags],
+                          capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: ") and says in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
 def caller(pool: Pool) -> PhoneCaller:

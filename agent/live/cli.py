@@ -168,7 +168,6 @@ def pool(
     import signal
     import threading
 
-    from agent.live.haproxy import haproxy_binary
     from agent.live.pool import Pool
     from agent.live.server import check_serve_security
 
@@ -176,7 +175,6 @@ def pool(
                                  serve_drain_secs=drain_secs)  # fmt: skip
     secret = settings.serve_token.get_secret_value() if settings.serve_token else None
     check_serve_security(host, secret)
-    haproxy_binary()
     _check_port_free(host, port)
     stopping = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

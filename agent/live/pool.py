@@ -27,7 +27,7 @@ import httpx
 
 from agent import model_store
 from agent.errors import UserError
-from agent.live.haproxy import Haproxy
+from agent.live.haproxy import Haproxy, haproxy_binary
 from agent.live.health import HEALTHZ, READYZ
 from agent.llm.llama_server import LlamaServer, free_port
 from agent.settings import Settings
@@ -122,6 +122,7 @@ class Pool:
             parse_cpus(spec)
         if cpus and shutil.which("taskset") is None:
             raise UserError("taskset not found (util-linux): install it or leave out --cpus")
+        haproxy_binary()  # before minutes of model loading
         self.settings = settings
         self.host, self.port = host, port
         self.say = say

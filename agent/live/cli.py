@@ -1,4 +1,4 @@
-"""The live commands, ``serve`` and ``talk``, added to the main ``voice-agent`` app."""
+"""The live commands, ``serve``, ``pool`` and ``talk``, added to the main ``voice-agent`` app."""
 
 from __future__ import annotations
 
@@ -109,6 +109,10 @@ def serve(
     max_call_secs: Annotated[
         float | None, typer.Option(help="A call is ended (files written) after this long.")
     ] = None,
+    drain_secs: Annotated[
+        float | None,
+        typer.Option(help="On SIGTERM, calls in progress may go on this long, none is taken."),
+    ] = None,
 ) -> None:
     """Serve live calls: a phone bridge (/phone, Twilio Media Streams) and a browser page (/)."""
     from agent.live.process_memory import freeze_startup_objects, settle_heap
@@ -120,6 +124,7 @@ def serve(
         config, llm_url, llm_model, budget_file=budget, budget_profile=profile,
         serve_token=token, serve_allowed_origins=allowed_origin or None,
         serve_max_calls=max_calls, serve_max_call_secs=max_call_secs,
+        serve_drain_secs=drain_secs,
     )  # fmt: skip
     secret = settings.serve_token.get_secret_value() if settings.serve_token else None
     twilio = settings.serve_twilio_auth_token
@@ -137,8 +142,48 @@ def serve(
             max_calls_per_address=settings.serve_max_calls_per_address,
             max_call_secs=settings.serve_max_call_secs,
             no_media_secs=settings.serve_no_media_secs, retention=retention(settings),
+            drain_secs=settings.serve_drain_secs,
         )  # fmt: skip
         asyncio.run(serve_calls(server, host, port))
+
+
+def pool(
+    workers: Annotated[int, typer.Option(help="voice-agent serve processes.")] = 2,
+    host: Annotated[str, typer.Option(help="Address HAProxy listens on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port HAProxy listens on.")] = 8765,
+    cpus: Annotated[
+        list[str] | None,
+        typer.Option(help="Pin worker i to the i-th of these taskset CPU lists (repeatable)."),
+    ] = None,
+    calls_per_worker: Annotated[
+        int | None, typer.Option(help="Calls one worker takes at once (serve_max_calls).")
+    ] = None,
+    calls_dir: CallsDirOpt = Path("calls"),
+    drain_secs: Annotated[
+        float | None, typer.Option(help="On SIGTERM, calls in progress may go on this long.")
+    ] = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Serve calls from several workers behind HAProxy, sharing one llama.cpp server."""
+    import signal
+    import threading
+
+    from agent.live.pool import Pool
+    from agent.live.server import check_serve_security
+
+    settings = _runtime_settings(config, None, None, serve_max_calls=calls_per_worker,
+                                 serve_drain_secs=drain_secs)  # fmt: skip
+    secret = settings.serve_token.get_secret_value() if settings.serve_token else None
+    check_serve_security(host, secret)
+    _check_port_free(host, port)
+    stopping = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stopping.set())
+    with Pool(settings, workers=workers, host=host, port=port, calls_dir=calls_dir, cpus=cpus,
+              say=lambda line: typer.echo(line)) as running:  # fmt: skip
+        while not stopping.wait(1.0):
+            running.restart_exited()
+        typer.echo("stopping: draining the workers", err=True)
 
 
 def talk(
@@ -183,4 +228,5 @@ def talk(
 def register(app: typer.Typer) -> None:
     """Add ``serve`` and ``talk`` to the main app."""
     app.command("serve")(user_errors(serve))
+    app.command("pool")(user_errors(pool))
     app.command("talk")(user_errors(talk))

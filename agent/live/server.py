@@ -1,20 +1,23 @@
 """``voice-agent serve``: one websocket server, one call per connection.
 
 Paths: ``/`` the browser page (plain HTTP, answered in ``process_request`` before any
-handshake), ``/phone`` the Twilio Media Streams bridge, ``/browser`` the page's socket.
+handshake), ``/phone`` the Twilio Media Streams bridge, ``/browser`` the page's socket, and
+for operators and balancers ``/healthz``, ``/readyz`` (``agent.live.health``, no token) and
+``/metrics`` (Prometheus text, ``agent.live.metrics``; the token when one is set).
 Each connection runs its own pipeline; models and the LLM engine are shared. A call ends
-when its client closes the socket, says ``stop``, or the server shuts down (SIGINT/SIGTERM
-close every connection, so every call writes its files). A client's bad messages cost a
-warning line each, a broken protocol ends that call only: nothing a client sends takes the
-server down.
+when its client closes the socket, says ``stop``, or the server shuts down: SIGINT closes
+every connection at once, SIGTERM drains first (``agent.live.drain``: no new call, the calls
+in progress finish, up to ``drain_secs``); either way every call writes its files. A
+client's bad messages cost a warning line each, a broken protocol ends that call only:
+nothing a client sends takes the server down.
 
 Hardening (issues 9 and 24): who may connect is decided in ``process_request``, before any
 model work (``agent.live.access``: token, Twilio signature, Origin, Host); at most
 ``max_calls`` connections, pending handshakes included, and ``max_calls_per_address`` from
-one address are served at once (the next gets HTTP 503); a call with no audio for
-``no_media_secs`` is hung up, and one lasts at most ``max_call_secs``; a message over
-``MAX_MESSAGE_BYTES`` closes its own connection; caller audio faster than real time is
-dropped; each call's warning lines and the server's refusal lines are rate-limited.
+one address are served at once (the next gets HTTP 503 with ``Retry-After``); a call
+with no audio for ``no_media_secs`` is hung up, and one lasts at most ``max_call_secs``; a
+message over ``MAX_MESSAGE_BYTES`` closes its own connection; caller audio faster than real
+time is dropped; each call's warning lines and the server's refusal lines are rate-limited.
 ``calls/`` is kept within its retention limits (``agent.live.retention``). No file path is
 taken from a client (a call's folder is a timestamp and a random id), and client text is
 clipped in log lines. The page is sent with a Content-Security-Policy.
@@ -31,7 +34,7 @@ from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from importlib import resources
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from loguru import logger
 from websockets.asyncio.server import ServerConnection, serve
@@ -42,6 +45,7 @@ from agent.csp import content_security_policy
 from agent.errors import UserError
 from agent.live.access import (
     BROWSER,
+    METRICS,
     PAGE,
     PHONE,
     TOKEN_COOKIE,
@@ -50,7 +54,10 @@ from agent.live.access import (
     is_loopback,
 )
 from agent.live.call import LiveCall, Runtime
+from agent.live.drain import Drain
+from agent.live.health import PROBES, RETRY_AFTER_SECS, probe
 from agent.live.limits import WarningLimiter
+from agent.live.metrics import CONTENT_TYPE, CallMetrics
 from agent.live.process_memory import collect_call_garbage
 from agent.live.retention import Retention, prune_calls, room_to_record
 from agent.redact import clip_text
@@ -155,6 +162,7 @@ class CallServer:
         max_call_secs: float | None = None,
         no_media_secs: float = 5.0,
         retention: Retention | None = None,
+        drain_secs: float = 60.0,
     ) -> None:
         self.runtime = runtime
         self.calls_dir = calls_dir
@@ -175,6 +183,9 @@ class CallServer:
         self._open: dict[ServerConnection, str | None] = {}
         self._decisions: dict[ServerConnection, Decision] = {}
         self._warn = WarningLimiter()
+        self.drain = Drain(drain_secs)
+        self.metrics = CallMetrics(lambda: len(self.calls), max_calls,
+                                   lambda: self.drain.draining)  # fmt: skip
         self._page = page()
         self._page_policy = page_policy(self._page.decode())
 
@@ -195,27 +206,47 @@ class CallServer:
         response = connection.respond(status, reason + "\n")
         if status == HTTPStatus.UNAUTHORIZED:
             response.headers["WWW-Authenticate"] = "Bearer"
+        if status == HTTPStatus.SERVICE_UNAVAILABLE:
+            response.headers["Retry-After"] = str(RETRY_AFTER_SECS)
         return _secured(response)
 
+    @property
+    def full(self) -> bool:
+        return self._connections >= self.max_calls
+
     def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
-        """Refuse what must not become a call, serve the page, let the websockets through."""
+        """Answer the probes, refuse what must not become a call, serve the page and the
+        metrics, let the websockets through."""
+        path = urlsplit(request.path).path
+        if path in PROBES:  # before the access checks: a balancer has no token (says one word)
+            status, word = probe(path, full=self.full, draining=self.drain.draining)
+            response = _secured(connection.respond(status, word + "\n"))
+            response.headers["Cache-Control"] = "no-store"
+            return response
         decision = self.access.decide(request)
         route = decision.route
         if decision.status is not None:
+            if route in (PHONE, BROWSER):
+                self.metrics.refused.labels("denied").inc()
             return self._refuse(connection, route, decision.status, decision.reason)
         if route in (PHONE, BROWSER):
             address = None if decision.signed else _client_address(connection, request)
             from_there = Counter(self._open.values())[address] if address else 0
-            if self._connections >= self.max_calls:
-                reason = f"busy: {self.max_calls} calls in progress, try again later"
+            if self.drain.draining:
+                why, reason = "draining", "draining: this server is shutting down, try again"
+            elif self.full:
+                why, reason = "full", f"busy: {self.max_calls} calls in progress, try again later"
             elif address is not None and from_there >= self.max_calls_per_address:
-                reason = f"busy: {from_there} calls from your address already"
+                why, reason = "per_address", f"busy: {from_there} calls from your address already"
             else:
                 self._admit(connection, address, decision)
                 return None
+            self.metrics.refused.labels(why).inc()
             return self._refuse(connection, route, HTTPStatus.SERVICE_UNAVAILABLE, reason)
         if route == PAGE:
             return self._page_response(connection)
+        if route == METRICS:
+            return _secured(_ok(connection, self.metrics.exposition(), CONTENT_TYPE))
         return _secured(connection.respond(
             HTTPStatus.NOT_FOUND, f"no such path {clip_text(route, 60)}: try / /phone /browser\n"
         ))  # fmt: skip
@@ -232,13 +263,7 @@ class CallServer:
         connection.connection_lost_waiter.add_done_callback(closed)
 
     def _page_response(self, connection: ServerConnection) -> Response:
-        response = connection.respond(HTTPStatus.OK, "")
-        response.body = self._page
-        del response.headers["Content-Type"]
-        del response.headers["Content-Length"]
-        response.headers["Content-Type"] = "text/html; charset=utf-8"
-        response.headers["Content-Length"] = str(len(self._page))
-        response.headers["Cache-Control"] = "no-store"
+        response = _ok(connection, self._page, "text/html; charset=utf-8")
         response.headers["Content-Security-Policy"] = self._page_policy
         token = self.access.token
         if token is not None:
@@ -268,6 +293,7 @@ class CallServer:
         except Exception as exc:  # noqa: BLE001 - a call's failure must not reach the server
             logger.error("{} call failed: {}: {}", decision.route, type(exc).__name__,
                          clip_text(str(exc), 120))  # fmt: skip
+            self.metrics.errors.labels("call").inc()
             await ws.close(1011, "internal error")
         finally:
             collect_call_garbage()  # the call is unreachable now: free what it held at once
@@ -279,7 +305,9 @@ class CallServer:
             self._warn("not recording: less than {} bytes free under {}",
                            self.retention.min_free_bytes, self.calls_dir)  # fmt: skip
         call = LiveCall(self.runtime, self.calls_dir, kind=kind, record_wav=record,
-                        max_secs=self.max_call_secs, **options)  # type: ignore[arg-type]  # fmt: skip
+                        max_secs=self.max_call_secs, on_turns=self.metrics.observe_turns,
+                        **options)  # type: ignore[arg-type]  # fmt: skip
+        self.metrics.calls.labels(kind).inc()
         if self.record_wav and not record:
             call.info["call_wav"] = "not recorded: the disk is nearly full"
         return call
@@ -305,6 +333,7 @@ class CallServer:
         if decision.start_token and not token_ok:
             self._warn("refused /phone from {}: missing or wrong token in the start "
                            "message", _peer(ws))  # fmt: skip
+            self.metrics.refused.labels("denied").inc()
             await ws.close(1008, "missing or wrong token")
             return
         call = self._new_call("phone", details=lambda: {
@@ -436,6 +465,18 @@ class CallServer:
         await asyncio.to_thread(prune_calls, self.calls_dir, self.retention, keep=keep)
 
 
+def _ok(connection: ServerConnection, body: bytes, content_type: str) -> Response:
+    """A 200 carrying ``body``, never cached."""
+    response = connection.respond(HTTPStatus.OK, "")
+    response.body = body
+    del response.headers["Content-Type"]
+    del response.headers["Content-Length"]
+    response.headers["Content-Type"] = content_type
+    response.headers["Content-Length"] = str(len(body))
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
 def _secured(response: Response) -> Response:
     for name, value in SECURITY_HEADERS.items():
         response.headers[name] = value
@@ -469,13 +510,20 @@ async def serve_calls(
     stop: asyncio.Event | None = None,
     on_ready: Callable[[int], Awaitable[None] | None] | None = None,
 ) -> None:
-    """Serve until ``stop`` is set (or SIGINT/SIGTERM); then hang up every call and return."""
+    """Serve until ``stop`` is set (or SIGINT), or a drain (SIGTERM) is done; then hang up
+    every call left and return. A second SIGTERM stops at once."""
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     signals = (signal.SIGINT, signal.SIGTERM)
+
+    def terminate() -> None:
+        if server.drain.draining:
+            stop.set()
+        server.drain.begin()
+
     try:
-        for sig in signals:
-            loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGINT, stop.set)
+        loop.add_signal_handler(signal.SIGTERM, terminate)
     except (NotImplementedError, RuntimeError):  # not the main thread
         signals = ()
     try:
@@ -485,6 +533,7 @@ async def serve_calls(
         ) as ws_server:  # fmt: skip
             bound = next(iter(ws_server.sockets)).getsockname()[1]
             server.bound(host, bound)
+            server.calls_dir.mkdir(parents=True, exist_ok=True)  # its free space is checked
             await server.prune()
             server.say(
                 f"serving on http://{host}:{bound}/ (phone: ws://{host}:{bound}/phone, "
@@ -494,7 +543,7 @@ async def serve_calls(
                 result = on_ready(bound)
                 if asyncio.iscoroutine(result):
                     await result
-            await stop.wait()
+            await server.drain.wait(stop, lambda: server._connections, server.say)
             if server.calls:
                 server.say(f"shutting down: hanging up {len(server.calls)} call(s)")
             ws_server.close()

@@ -1,0 +1,145 @@
+"""HAProxy in front of a pool of ``voice-agent serve`` workers: its configuration and process.
+
+A call is one long websocket, so the next call goes to the worker with the fewest
+(``balance leastconn``); a worker is sent new calls only while its ``/readyz`` says 200 (a
+full or draining worker keeps the calls it has); an upgrade refused with 503 or a refused
+connection (a worker that filled up, began draining or died between two checks) is tried on
+another worker; the tunnel outlives the longest call. When no worker can take a call, the
+caller gets HAProxy's own 503 with the workers' ``Retry-After``. Its stats socket (owner
+only) tells which workers it sends calls to: ``echo "show stat" | socat - <socket>``.
+"""
+
+from __future__ import annotations
+
+import csv
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import IO
+
+from agent.errors import UserError
+from agent.live.health import READYZ, RETRY_AFTER_SECS
+from agent.llm.local_server import last_log_line, open_log, terminate
+
+STARTUP_TIMEOUT_SECS = 10.0
+CHECK_INTERVAL = "1s"
+BUSY = "busy: no worker can take a call now, try again later"
+
+
+def haproxy_config(
+    host: str, port: int, workers: list[int], *, max_call_secs: float, stats_socket: Path
+) -> str:
+    """The configuration: one frontend on ``host:port``, one backend of loopback ``workers``
+    (named ``w0``, ``w1``...)."""
+    servers = "\n".join(f"    server w{i} 127.0.0.1:{p}" for i, p in enumerate(workers))
+    tunnel = int(max_call_secs) + 60
+    return f"""\
+global
+    maxconn 4096
+    stats socket {stats_socket} mode 600 level user
+
+defaults
+    mode http
+    option forwardfor
+    timeout connect 5s
+    timeout http-request 10s
+    timeout client 30s
+    timeout server 30s
+    timeout client-fin 5s
+    timeout server-fin 5s
+    timeout tunnel {tunnel}s
+    retries 3
+    option redispatch 1
+    retry-on conn-failure empty-response 503
+
+frontend calls
+    bind {host}:{port}
+    http-error status 503 content-type text/plain string "{BUSY}" hdr Retry-After {RETRY_AFTER_SECS}
+    default_backend workers
+
+backend workers
+    balance leastconn
+    option httpchk
+    http-check send meth GET uri {READYZ} ver HTTP/1.1 hdr Host localhost
+    http-check expect status 200
+    default-server check inter {CHECK_INTERVAL} fall 1 rise 1
+{servers}
+"""
+
+
+def haproxy_binary() -> str:
+    found = shutil.which("haproxy")
+    if found is None:
+        raise UserError(
+            "haproxy not found: install it (apt-get install haproxy, or "
+            "`bash scripts/setup.sh --pool` on Debian as root)"
+        )
+    return found
+
+
+class Haproxy:
+    """An HAProxy process in the foreground, its config and log in a private folder."""
+
+    def __init__(self, host: str, port: int, workers: list[int], *, max_call_secs: float):
+        self.host, self.port = host, port
+        self._workers = workers
+        self._max_call_secs = max_call_secs
+        self.log_path: Path | None = None
+        self._log: IO[str] | None = None
+        self._proc: subprocess.Popen | None = None
+
+    def start(self) -> Haproxy:
+        binary = haproxy_binary()
+        self.log_path, self._log = open_log(None, "haproxy-")
+        config = self.log_path.with_name("haproxy.cfg")
+        config.write_text(haproxy_config(self.host, self.port, self._workers,
+                                         max_call_secs=self._max_call_secs,
+                                         stats_socket=self.stats_socket))  # fmt: skip
+        self._proc = subprocess.Popen([binary, "-db", "-f", str(config)], stdout=self._log,
+                                      stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        deadline = time.monotonic() + STARTUP_TIMEOUT_SECS
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                last = last_log_line(self.log_path) or f"exit status {self._proc.returncode}"
+                self.stop()
+                raise UserError(f"haproxy did not start: {last} (log: {self.log_path})")
+            try:
+                socket.create_connection((self.host, self.port), timeout=1).close()
+                return self
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise UserError(f"haproxy did not listen on {self.host}:{self.port} (log: {self.log_path})")
+
+    @property
+    def stats_socket(self) -> Path:
+        assert self.log_path is not None, "not started"
+        return self.log_path.with_name("haproxy.sock")
+
+    def states(self) -> dict[str, str]:
+        """Each worker's state as HAProxy sees it (``w0``: ``UP``, ``DOWN``, ...)."""
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(str(self.stats_socket))
+            s.sendall(b"show stat\n")
+            text = b"".join(iter(lambda: s.recv(65536), b"")).decode()
+        rows = csv.DictReader(text.removeprefix("# ").splitlines())
+        return {row["svname"]: row["status"] for row in rows if row["pxname"] == "workers"
+                and row["svname"] not in ("FRONTEND", "BACKEND")}  # fmt: skip
+
+    def wait_up(self, names: list[str], timeout: float) -> None:
+        """Until HAProxy sends calls to each of ``names`` (its checks pass)."""
+        deadline = time.monotonic() + timeout
+        while not all(self.states().get(name) == "UP" for name in names):
+            if time.monotonic() > deadline:
+                raise UserError(f"haproxy does not see the workers up: {self.states()}")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            terminate(proc, timeout=10)
+        if self._log is not None:
+            self._log.close()
+            self._log = None

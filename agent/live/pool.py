@@ -1,0 +1,190 @@
+"""``voice-agent pool``: N ``voice-agent serve`` workers behind one HAProxy address, sharing one
+llama.cpp server.
+
+One box serves more calls at once by running more worker processes (each with its own
+recognition and synthesis, optionally pinned to its own CPUs with taskset) instead of more
+calls per process, while the LLM stays loaded once: the workers use it as an
+OpenAI-compatible URL with its key (``llm.engine: openai``). Workers listen on loopback
+ports; only HAProxy listens on the pool's address. Calls come through a proxy, so a serve
+token is required (``docs/security.md``). A worker that exits is started again: SIGTERM one
+worker to restart it without cutting its calls off (it drains first). SIGTERM to the pool
+drains every worker, then stops HAProxy and the LLM server.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from agent import model_store
+from agent.errors import UserError
+from agent.live.haproxy import Haproxy, haproxy_binary
+from agent.live.health import HEALTHZ, READYZ
+from agent.llm.llama_server import LlamaServer, free_port
+from agent.settings import Settings
+
+STARTUP_TIMEOUT_SECS = 300  # model loading on a busy 2-core machine
+EXIT_MARGIN_SECS = 60  # past the drain limit: writing the last calls' files, unloading models
+
+
+def parse_cpus(spec: str) -> set[int]:
+    """A taskset CPU list (``0``, ``0-1``, ``0,2``) as CPU numbers, each one on this machine."""
+    available = os.sched_getaffinity(0)
+    cpus: set[int] = set()
+    try:
+        for part in spec.split(","):
+            first, _, last = part.partition("-")
+            cpus |= set(range(int(first), int(last or first) + 1))
+    except ValueError:
+        raise UserError(f"--cpus {spec!r} is not a CPU list like 0 or 0-1 or 0,2") from None
+    if not cpus or not cpus <= available:
+        raise UserError(f"--cpus {spec!r}: this machine lets us use CPUs "
+                        f"{','.join(map(str, sorted(available)))}")  # fmt: skip
+    return cpus
+
+
+@dataclass
+class Worker:
+    """One ``voice-agent serve`` on a loopback port, with its own calls folder."""
+
+    index: int
+    port: int
+    calls_dir: Path
+    env: dict[str, str]
+    cpus: str | None = None
+    process: subprocess.Popen | None = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        """Its server name in HAProxy's configuration."""
+        return f"w{self.index}"
+
+    def url(self, path: str, scheme: str = "http") -> str:
+        return f"{scheme}://127.0.0.1:{self.port}{path}"
+
+    def command(self) -> list[str]:
+        pin = ["taskset", "-c", self.cpus] if self.cpus else []
+        return [*pin, sys.executable, "-m", "agent.cli", "serve", "--port", str(self.port),
+                "--calls-dir", str(self.calls_dir)]  # fmt: skip
+
+    def start(self) -> None:
+        # Its own session: a Ctrl-C meant for the pool reaches the worker as a drain.
+        self.process = subprocess.Popen(self.command(), env=self.env, start_new_session=True)
+
+    def probe(self, path: str = READYZ) -> int | None:
+        """The status of a probe (``/healthz``, ``/readyz``); None when nothing answers."""
+        try:
+            return httpx.get(self.url(path), timeout=2).status_code
+        except httpx.HTTPError:
+            return None
+
+    def wait_healthy(self, timeout: float = STARTUP_TIMEOUT_SECS) -> None:
+        deadline = time.monotonic() + timeout
+        while self.probe(HEALTHZ) != 200:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise UserError(f"worker {self.index} exited with status "
+                                f"{self.process.returncode} while starting")  # fmt: skip
+            if time.monotonic() > deadline:
+                raise UserError(f"worker {self.index} did not answer within {timeout:g} s")
+            time.sleep(0.5)
+
+
+class Pool:
+    """The LLM server, the workers and HAProxy, started in that order, stopped in reverse."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        workers: int,
+        host: str,
+        port: int,
+        calls_dir: Path,
+        cpus: list[str] | None = None,
+        say: Callable[[str], None] = print,
+    ) -> None:
+        if workers < 1:
+            raise UserError("--workers must be at least 1")
+        if settings.serve_token is None:
+            raise UserError("the pool needs a serve token (its workers are reached through "
+                            "HAProxy, a proxy): set VOICE_AGENT_SERVE_TOKEN")  # fmt: skip
+        for spec in cpus or ():
+            parse_cpus(spec)
+        if cpus and shutil.which("taskset") is None:
+            raise UserError("taskset not found (util-linux): install it or leave out --cpus")
+        haproxy_binary()  # before minutes of model loading
+        self.settings = settings
+        self.host, self.port = host, port
+        self.say = say
+        gguf = model_store.resolve(settings.llm.model, "llm", settings.models_dir)
+        self.llm = LlamaServer(gguf, settings.llm)
+        env = {**os.environ, "VOICE_AGENT_LLM__ENGINE": "openai",
+               "VOICE_AGENT_LLM__BASE_URL": self.llm.base_url,
+               "VOICE_AGENT_LLM__API_KEY": self.llm.api_key,
+               "VOICE_AGENT_LLM__MODEL": gguf.stem,
+               "VOICE_AGENT_SERVE_TOKEN": settings.serve_token.get_secret_value(),
+               "VOICE_AGENT_SERVE_MAX_CALLS": str(settings.serve_max_calls),
+               "VOICE_AGENT_SERVE_DRAIN_SECS": str(settings.serve_drain_secs)}  # fmt: skip
+        self.workers = [
+            Worker(i, free_port(), calls_dir / f"worker-{i}", env, cpus[i % len(cpus)] if cpus
+                   else None)
+            for i in range(workers)
+        ]  # fmt: skip
+        for worker in self.workers:
+            if worker.cpus:  # as many recognition and synthesis threads as its CPUs
+                threads = str(len(parse_cpus(worker.cpus)))
+                worker.env = {"VOICE_AGENT_ASR__THREADS": threads,
+                              "VOICE_AGENT_TTS__THREADS": threads, **env}  # fmt: skip
+        self.haproxy = Haproxy(host, port, [w.port for w in self.workers],
+                               max_call_secs=settings.serve_max_call_secs)  # fmt: skip
+
+    def __enter__(self) -> Pool:
+        try:
+            self.say(f"starting the LLM server and {len(self.workers)} worker(s)…")
+            self.llm.start()
+            for worker in self.workers:
+                worker.start()
+            for worker in self.workers:
+                worker.wait_healthy()
+            self.haproxy.start()
+            self.haproxy.wait_up([w.name for w in self.workers], timeout=30)
+        except BaseException:
+            self.__exit__()
+            raise
+        ports = ", ".join(str(w.port) for w in self.workers)
+        self.say(f"pool serving on ws://{self.host}:{self.port}/phone (workers on 127.0.0.1 "
+                 f"ports {ports}, LLM at {self.llm.base_url})")  # fmt: skip
+        return self
+
+    def restart_exited(self) -> None:
+        """Start again each worker that has exited (drained after a SIGTERM, or died)."""
+        for worker in self.workers:
+            if worker.process is not None and worker.process.poll() is not None:
+                self.say(f"worker {worker.index} exited with status "
+                         f"{worker.process.returncode}: starting it again")  # fmt: skip
+                worker.start()
+
+    def __exit__(self, *exc: object) -> None:
+        """Drain every worker (SIGTERM), then stop HAProxy and the LLM server."""
+        running = [w.process for w in self.workers if w.process and w.process.poll() is None]
+        for process in running:
+            process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.settings.serve_drain_secs + EXIT_MARGIN_SECS
+        for process in running:
+            try:
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self.haproxy.stop()
+        self.llm.stop()

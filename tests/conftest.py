@@ -24,8 +24,8 @@ from benchmarks.clips import SAMPLES
 __all__ = ["SAMPLES", "normalise", "wer"]
 
 # Fixtures that hold a real model, or a run or server made with them.
-SLOW_FIXTURES = frozenset({"decoder", "eval_run", "inprocess", "models", "piper", "replayed",
-                           "server"})  # fmt: skip
+SLOW_FIXTURES = frozenset({"decoder", "eval_run", "inprocess", "models", "piper", "pool",
+                           "replayed", "server"})  # fmt: skip
 REAL_MODELS = Settings().models_dir.resolve()
 FAST_TIER_PATCH = pytest.StashKey[pytest.MonkeyPatch]()
 

@@ -64,6 +64,9 @@ def replay(
         str | None, typer.Option(help="whisper-tiny.en, whisper-base or a dir.")
     ] = None,
     voice: Annotated[str | None, typer.Option(help="Piper voice name or .onnx path.")] = None,
+    greeting: Annotated[
+        bool, typer.Option("--greeting", help="The bot speaks llm.greeting before turn 1.")
+    ] = False,
 ) -> None:
     """Play recorded turns through one call at real-time pace and time every stage."""
     from agent.pipeline import AgentModels, llm_engine
@@ -86,7 +89,7 @@ def replay(
             summary = asyncio.run(
                 replay_call(
                     turns, out_dir, settings=settings, models=models, engine=engine,
-                    budget=the_budget,
+                    budget=the_budget, greeting=greeting,
                 )
             )  # fmt: skip
     _print_turns(out_dir / "turns.jsonl")

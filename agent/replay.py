@@ -34,18 +34,21 @@ async def replay_call(
     models: AgentModels,
     engine: ChatEngine,
     budget: Budget,
+    greeting: bool = False,
 ) -> dict[str, Any]:
-    """Play the turns through one call and write the run's files; returns the summary."""
+    """Play the turns through one call and write the run's files; returns the summary.
+
+    ``greeting``: the bot speaks ``llm.greeting`` first; turn 1 waits until it is done."""
     out_dir.mkdir(parents=True, exist_ok=True)
     tracer = turn_tracer(settings.otel_endpoint)  # before the call: a missing extra fails fast
     rate = settings.sample_rate
     clock = CallClock()
     recorder = CallRecorder(rate)
-    transport_in = ReplayInput(turns, clock, recorder, rate=rate)
+    transport_in = ReplayInput(turns, clock, recorder, rate=rate, after_greeting=greeting)
     transport_out = SimulatedSpeakerOutput(clock, recorder, rate=rate)
     pipeline = build_pipeline(
         transport_in, transport_out, models=models, engine=engine, settings=settings,
-        clock=clock,
+        clock=clock, greeting=greeting,
     )  # fmt: skip
     timer = TurnTimer(clock, budget, inputs=[t.name for t in turns])
     await run_pipeline(pipeline, rate=rate, observers=[timer])

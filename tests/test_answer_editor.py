@@ -238,3 +238,12 @@ async def test_the_greeting_is_spoken_first_when_asked_for():
                               frames_to_send=[SleepFrame(0.1)])  # fmt: skip
     assert not [f for f in quiet if isinstance(f, LLMTextFrame)]
     assert not engine.requests  # a greeting costs no model request
+
+
+def test_a_sentence_nearly_said_before_is_held_to_its_end():
+    editor = AnswerEditor(["I've been working on a new app, and it's called Echo."], "Hi.", 2)
+    out = ""
+    for token in "I've been working on a new app called Echo.".split(" "):
+        edit = editor.feed(token if not out and token.startswith("I") else " " + token)
+        out += edit.text
+    assert out == "" and editor.feed(" Bye").verdict is Verdict.REGENERATE

@@ -84,7 +84,9 @@ async def test_engine_down_speaks_a_fallback_and_records_the_error(settings):
 
 
 async def test_interruption_stops_decoding_at_once(inprocess, settings):
-    long = settings.llm.model_copy(update={"keepalive_secs": 0, "max_tokens": 200})
+    long = settings.llm.model_copy(
+        update={"keepalive_secs": 0, "max_tokens": 200, "max_sentences": 50}
+    )
     llm = StreamingLLM(inprocess, long, CallClock())
     ask = context("Tell me a very long story about a dragon and a knight, in detail.")
     # 1.5 s: past the first token even on a loaded machine (0.8 s was not, in one CI run).
@@ -256,7 +258,10 @@ class FirstPhraseSynthesis(FrameProcessor):
 @pytest.mark.parametrize("pause", [False, True])
 async def test_decoding_pauses_while_the_first_phrase_is_synthesised(inprocess, settings, pause):
     s = settings.llm.model_copy(
-        update={"keepalive_secs": 0, "max_tokens": 60, "pause_for_first_phrase": pause}
+        update={
+            "keepalive_secs": 0, "max_tokens": 60, "max_sentences": 50,
+            "pause_for_first_phrase": pause,
+        }  # fmt: skip
     )
     synthesis = FirstPhraseSynthesis()
     ask = context("Tell me a long story about a dragon and a knight.")

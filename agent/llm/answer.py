@@ -72,6 +72,10 @@ def similar(a: str, b: str) -> bool:
     return SequenceMatcher(None, wa, wb).ratio() >= SIMILAR
 
 
+def _close(words: list[str], start: list[str]) -> bool:
+    return SequenceMatcher(None, words, start).ratio() >= 0.8
+
+
 def has_loop(text: str) -> bool:
     """A phrase repeated inside ``text``: 2+ words back to back, or 4+ words anywhere."""
     words = normalise(text).split()
@@ -153,11 +157,20 @@ class AnswerEditor:
         )
 
     def _held(self, partial: str) -> bool:
-        """The sentence so far could still become one already said: keep it back."""
+        """The sentence so far could still become one already said: keep it back.
+
+        Exactly (its words begin one), or nearly: from three words on, its words match the
+        start of one (two words of slack) as closely as ``similar`` needs at the end."""
         words = normalise(partial)
-        return bool(words) and any(
-            b.startswith(words) for b in [*self._blocked, *map(normalise, self.spoken)]
-        )
+        if not words:
+            return False
+        n = len(words.split())
+        for b in [*self._blocked, *map(normalise, self.spoken)]:
+            if b.startswith(words):
+                return True
+            if n >= 3 and _close(words.split(), b.split()[: n + 2]):
+                return True
+        return False
 
     def _end_sentence(self, end: int) -> Edit:
         sentence, self._pending = self._pending[:end], self._pending[end:]

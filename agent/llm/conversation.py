@@ -41,6 +41,7 @@ from agent.synthesis.chunker import PhraseChunker
 
 CONVERSATIONS = Path(__file__).resolve().parents[2] / "tests" / "data" / "conversations.yaml"
 ANSWER_TIMEOUT_SECS = 60.0
+CALL_START_SECS = 1.0  # no caller speaks sooner after the call starts
 
 
 @dataclass
@@ -133,6 +134,7 @@ class _Caller(FrameProcessor):
             self._task = self.create_task(self._talk())
 
     async def _talk(self) -> None:
+        await asyncio.sleep(CALL_START_SECS)  # the stage warms its engine as a call starts
         for text in self._turns:
             self._answered.clear()
             await self.push_frame(TranscriptionFrame(text=text, user_id="caller", timestamp=""))

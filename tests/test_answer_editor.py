@@ -5,9 +5,13 @@ real models go through the conversation set in test_conversation.py."""
 
 from __future__ import annotations
 
+import json
+import threading
 from collections.abc import AsyncIterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import pytest
 from pipecat.frames.frames import (
     LLMContextFrame,
     LLMFullResponseEndFrame,
@@ -19,7 +23,7 @@ from pipecat.tests.utils import SleepFrame, run_test
 
 from agent.clock import CallClock
 from agent.llm.answer import AnswerEditor, Verdict, has_loop, is_echo, repeats
-from agent.llm.engines import Sampling, Usage
+from agent.llm.engines import OpenAIChatEngine, Sampling, Usage
 from agent.llm.prompt import prompt_messages
 from agent.llm.service import RETRY_NOTE, StreamingLLM
 from agent.settings import LLMSettings, load_settings
@@ -242,8 +246,51 @@ async def test_the_greeting_is_spoken_first_when_asked_for():
 
 def test_a_sentence_nearly_said_before_is_held_to_its_end():
     editor = AnswerEditor(["I've been working on a new app, and it's called Echo."], "Hi.", 2)
-    out = ""
-    for token in "I've been working on a new app called Echo.".split(" "):
-        edit = editor.feed(token if not out and token.startswith("I") else " " + token)
-        out += edit.text
+    first, *rest = "I've been working on a new app called Echo.".split(" ")
+    out = "".join(editor.feed(token).text for token in [first, *(" " + w for w in rest)])
     assert out == "" and editor.feed(" Bye").verdict is Verdict.REGENERATE
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    """An OpenAI-compatible endpoint that records each request body and streams "Hi."."""
+
+    bodies: list[dict] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - the http.server hook
+        length = int(self.headers["Content-Length"])
+        _Recorder.bodies.append(json.loads(self.rfile.read(length)))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        delta = {"index": 0, "delta": {"content": "Hi."}, "finish_reason": None}
+        chunk = {"id": "1", "object": "chat.completion.chunk", "created": 0, "model": "m",
+                 "choices": [delta]}  # fmt: skip
+        self.wfile.write(f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode())
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("server", "field"),
+    [("llama-server", "repeat_penalty"), ("vllm", "repetition_penalty"), (None, None)],
+)
+async def test_servers_get_the_same_options_under_their_own_names(server, field):
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    _Recorder.bodies.clear()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_port}/v1"
+        engine = OpenAIChatEngine(url, "m", SETTINGS, server=server)
+        sampling = Sampling(temperature=0.0, seed=3, repeat_penalty=1.15, presence_penalty=0.1)
+        said = [x async for x in engine.stream(history("Hi?"), max_tokens=9, sampling=sampling)]
+    finally:
+        httpd.shutdown()
+    assert said[0] == "Hi."
+    (body,) = _Recorder.bodies
+    assert body["temperature"] == 0.0 and body["seed"] == 3 and body["max_tokens"] == 9
+    assert body["presence_penalty"] == 0.1 and body["frequency_penalty"] == 0.0
+    names = {"repeat_penalty", "repetition_penalty"}
+    assert {k for k in body if k in names} == ({field} if field else set())
+    if field:
+        assert body[field] == 1.15

@@ -12,7 +12,7 @@ caller speaks), and decoding speed. Per-turn answers go to the JSON file too.
         [--baseline] [--conversations facts small_talk]
 
 ``--variant NAME:key=value,...`` overrides llm settings for one run (repeatable; default: the
-settings as they are). ``--baseline`` adds a run of the stage as it was before the answer
+settings as they are; ``system_prompt=@FILE`` reads the text from a file). ``--baseline`` adds a run of the stage as it was before the answer
 editor (old system prompt, temperature 0.2, no penalty, no sentence stop, no history filter)
 for comparison, in-process only. Engine ``openai`` needs ``--url``; ``vllm`` needs
 scripts/setup_vllm.sh.
@@ -62,7 +62,11 @@ def parse_variant(spec: str) -> tuple[str, dict[str, Any]]:
         key, _, value = pair.partition("=")
         if key not in fields:
             raise SystemExit(f"--variant {spec}: {key} is not an llm setting")
+        if value.startswith("@"):  # a text setting read from a file (a system prompt)
+            value = Path(value[1:]).read_text().strip()
         overrides[key] = type(getattr(LLMSettings(), key))(value)
+        if isinstance(overrides[key], str) and "{bot_name}" in overrides[key]:
+            overrides[key] = overrides[key].replace("{bot_name}", LLMSettings().bot_name)
     return name, overrides
 
 

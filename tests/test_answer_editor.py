@@ -95,10 +95,15 @@ async def test_max_sentences_is_a_setting():
     assert await spoken(engine, history("Count."), max_sentences=1) == "One."
 
 
-async def test_a_first_sentence_said_before_is_asked_again_and_never_spoken():
-    engine = ScriptedEngine(
-        "I'm glad to see you again. How can I help?", "The weather is fine today."
-    )
+async def test_a_sentence_said_before_is_left_out_and_the_answer_goes_on():
+    engine = ScriptedEngine("I'm glad to see you again. How can I help? Just ask.")
+    messages = history("Hello.", "I'm glad to see you again.", "Hi again.")
+    assert await spoken(engine, messages) == " How can I help? Just ask."
+    assert len(engine.requests) == 1
+
+
+async def test_an_answer_with_nothing_new_is_asked_again_and_never_spoken():
+    engine = ScriptedEngine("I'm glad to see you again.", "The weather is fine today.")
     messages = history("Hello.", "I'm glad to see you again.", "What's the weather like?")
     said = await spoken(engine, messages)
     assert said == "The weather is fine today."
@@ -107,19 +112,22 @@ async def test_a_first_sentence_said_before_is_asked_again_and_never_spoken():
     assert second[-1]["content"] == first[-1]["content"] + RETRY_NOTE
 
 
-async def test_a_later_sentence_said_before_ends_the_answer():
+async def test_a_later_sentence_said_before_is_left_out():
     engine = ScriptedEngine("Sure thing. The capital of France is Paris. Anything else?")
     messages = history("Capital of France?", "The capital of France is Paris.", "Say it again?")
-    assert await spoken(engine, messages) == "Sure thing."
+    assert await spoken(engine, messages) == "Sure thing. Anything else?"
 
 
 async def test_an_echo_of_the_caller_is_not_spoken():
     engine = ScriptedEngine(
-        "We must find a new home in the stars. That is my plan.",
-        "That sounds like a big adventure.",
+        "We must find a new home in the stars.", "That sounds like a big adventure."
     )
     said = await spoken(engine, history("We must find a new home in the stars."))
     assert said == "That sounds like a big adventure."
+    engine = ScriptedEngine("And so my fellow Americans, we must go. Good luck to you.")
+    assert await spoken(engine, history("And so my fellow Americans,")) == " Good luck to you."
+    engine = ScriptedEngine("Hi there! How are you today? I'm fine.")
+    assert await spoken(engine, history("Hi there, how are you today?")) == "Hi there! I'm fine."
 
 
 async def test_a_repeat_on_both_tries_speaks_the_fallback_line():
@@ -145,7 +153,9 @@ async def test_answers_that_diverge_at_once_are_not_held_back():
     editor = AnswerEditor(["I'm glad to see you again."], "How are you?", 2)
     for token in ["I", "'m", " glad", " to", " see", " you", " again", "."]:
         assert editor.feed(token).text == ""
-    assert editor.feed(" Bye").verdict is Verdict.REGENERATE
+    assert editor.finish().verdict is Verdict.REGENERATE  # dropped, and nothing else came
+    editor.restart()
+    assert editor.feed("Hello").text == "Hello"  # a new stream: diverges at once
 
 
 def test_the_history_drops_degenerate_answers_and_keeps_what_the_caller_said():
@@ -248,7 +258,7 @@ def test_a_sentence_nearly_said_before_is_held_to_its_end():
     editor = AnswerEditor(["I've been working on a new app, and it's called Echo."], "Hi.", 2)
     first, *rest = "I've been working on a new app called Echo.".split(" ")
     out = "".join(editor.feed(token).text for token in [first, *(" " + w for w in rest)])
-    assert out == "" and editor.feed(" Bye").verdict is Verdict.REGENERATE
+    assert out == "" and editor.finish().verdict is Verdict.REGENERATE
 
 
 class _Recorder(BaseHTTPRequestHandler):
@@ -294,3 +304,4 @@ async def test_servers_get_the_same_options_under_their_own_names(server, field)
     assert {k for k in body if k in names} == ({field} if field else set())
     if field:
         assert body[field] == 1.15
+

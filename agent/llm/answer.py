@@ -34,6 +34,8 @@ from agent.synthesis.chunker import sentence_end
 LOOP_MIN_WORDS = 4
 ECHO_RUN_WORDS = 8
 SIMILAR = 0.9  # SequenceMatcher ratio over words from which two sentences count as the same
+CLAUSE = re.compile(r"[,;:]\s")
+MAX_SKIPPED = 2  # sentences left unsaid in one answer before it is ended
 
 
 @lru_cache(maxsize=4096)
@@ -72,8 +74,12 @@ def similar(a: str, b: str) -> bool:
     return SequenceMatcher(None, wa, wb).ratio() >= SIMILAR
 
 
-def _close(words: list[str], start: list[str]) -> bool:
-    return SequenceMatcher(None, words, start).ratio() >= 0.8
+def _close(words: list[str], before: list[str]) -> bool:
+    """The words so far are, in order, those of a sentence said before, give or take one
+    word in five: it may still end up ``similar`` (a sentence let out half-way cannot be
+    taken back, so this errs towards holding)."""
+    blocks = SequenceMatcher(None, words, before, autojunk=False).get_matching_blocks()
+    return sum(b.size for b in blocks) >= len(words) - max(1, len(words) // 5)
 
 
 def has_loop(text: str) -> bool:
@@ -92,15 +98,27 @@ def has_loop(text: str) -> bool:
     return False
 
 
+@lru_cache(maxsize=1024)
+def units(text: str) -> tuple[str, ...]:
+    """The sentences of ``text`` and, within them, its clauses of three words or more
+    ("Hi there, how are you today?" -> the sentence and "how are you today")."""
+    found = list(sentences(text))
+    for sentence in sentences(text):
+        clauses = CLAUSE.split(sentence)
+        if len(clauses) > 1:
+            found += [c for c in clauses if len(normalise(c).split()) >= 3]
+    return tuple(found)
+
+
 def is_echo(answer: str, heard: str) -> bool:
-    """The answer repeats the caller: one of its sentences is a sentence of the caller's
-    turn, or it says ``ECHO_RUN_WORDS`` of the caller's words in a row (a short read-back,
-    "your booking number is 3 5 8", is not an echo)."""
+    """The answer repeats the caller: one of its sentences is a sentence or clause of the
+    caller's turn, or it says ``ECHO_RUN_WORDS`` of the caller's words in a row (a short
+    read-back, "your booking number is 3 5 8", is not an echo)."""
     words, said = f" {normalise(answer)} ", normalise(heard).split()
     for i in range(len(said) - ECHO_RUN_WORDS + 1):
         if f" {' '.join(said[i : i + ECHO_RUN_WORDS])} " in words:
             return True
-    return any(similar(a, h) for a in sentences(answer) for h in sentences(heard))
+    return any(similar(a, h) for a in units(answer) for h in units(heard))
 
 
 def repeats(answer: str, earlier: Iterable[str]) -> bool:
@@ -128,17 +146,20 @@ class AnswerEditor:
 
     ``said``: the bot's earlier answers in this call (what was spoken); ``heard``: the
     caller's turn being answered. ``feed`` each token; ``finish`` when the stream ended.
-    A ``REGENERATE`` or ``STOP`` verdict means: stop this stream (a new one may be fed to
-    the same editor after ``REGENERATE``, which starts the current sentence over).
+    A sentence held back to its end and found already said is dropped, and the answer goes
+    on with the next one (a model that echoes the caller often goes on with something of
+    its own). A ``REGENERATE`` or ``STOP`` verdict means: stop this stream (a new one may
+    be fed to the same editor after ``REGENERATE``, which starts the current sentence over).
     """
 
     def __init__(self, said: Iterable[str], heard: str, max_sentences: int) -> None:
-        self._blocked = [normalise(s) for text in [*said, heard] for s in sentences(text)]
-        self._blocked = [b for b in self._blocked if b]
+        units_said = [s for text in said for s in sentences(text)]
+        self._blocked = [b for b in map(normalise, [*units_said, *units(heard)]) if b]
         self._max = max_sentences
         self._pending = ""  # the sentence in progress
         self._released = 0  # how much of it went out
         self.spoken: list[str] = []  # the sentences released whole
+        self.skipped = 0  # sentences left unsaid
         self.cut: str | None = None  # why the answer was ended early, if it was
 
     @property
@@ -148,42 +169,54 @@ class AnswerEditor:
 
     def restart(self) -> None:
         """A new stream follows: the sentence in progress (never released) starts over."""
-        self._pending, self._released = "", 0
+        self._pending, self._released, self.skipped = "", 0, 0
+
+    def _said_before(self) -> list[str]:
+        return [*self._blocked, *map(normalise, self.spoken)]
 
     def _blocks(self, sentence: str) -> bool:
+        """Said before: the same words, nearly, or a sentence said before and then more
+        ("And so my fellow Americans, we must ...")."""
         words = normalise(sentence)
         return bool(words) and any(
-            words == b or similar(words, b) for b in [*self._blocked, *map(normalise, self.spoken)]
+            similar(words, b) or (len(b.split()) >= 3 and words.startswith(b + " "))
+            for b in self._said_before()
         )
 
     def _held(self, partial: str) -> bool:
         """The sentence so far could still become one already said: keep it back.
 
-        Exactly (its words begin one), or nearly: from three words on, its words match the
-        start of one (two words of slack) as closely as ``similar`` needs at the end."""
+        Exactly (its words begin one), or nearly: from three words on, see ``_close``."""
         words = normalise(partial)
         if not words:
             return False
         n = len(words.split())
-        for b in [*self._blocked, *map(normalise, self.spoken)]:
-            if b.startswith(words):
+        for b in self._said_before():
+            if b.startswith(words) or (len(b.split()) >= 3 and words.startswith(b + " ")):
                 return True
-            if n >= 3 and _close(words.split(), b.split()[: n + 2]):
+            if n >= 3 and _close(words.split(), b.split()):
                 return True
         return False
 
     def _end_sentence(self, end: int) -> Edit:
         sentence, self._pending = self._pending[:end], self._pending[end:]
         released, self._released = self._released, 0
-        if self._blocks(sentence) or (released == 0 and has_loop(self.text + sentence)):
-            self.cut = "repeat" if self._blocks(sentence) else "loop"
-            nothing_said = not self.spoken and released == 0
-            return Edit("", Verdict.REGENERATE if nothing_said else Verdict.STOP)
+        repeat, loop = self._blocks(sentence), has_loop("".join(self.spoken) + sentence)
+        if released and (repeat or loop):
+            # Part of it is out already: a repeat is said to its end (half a sentence is
+            # worse), a loop stops where it is. Nothing more of this answer.
+            self.cut = "repeat" if repeat else "loop"
+            out = "" if loop else sentence[released:]
+            self.spoken.append(sentence if not loop else sentence[:released])
+            return Edit(out, Verdict.STOP)
+        if repeat or loop:
+            self.cut = "repeat" if repeat else "loop"
+            self.skipped += 1
+            if self.skipped > MAX_SKIPPED:
+                return Edit("", Verdict.STOP if self.spoken else Verdict.REGENERATE)
+            return Edit("")  # left unsaid: the next sentence may be new
         out = sentence[released:]
         self.spoken.append(sentence)
-        if has_loop(self.text):
-            self.cut = "loop"
-            return Edit(out, Verdict.STOP)
         if len(self.spoken) >= self._max:
             self.cut = "sentences"
             return Edit(out, Verdict.STOP)
@@ -199,15 +232,22 @@ class AnswerEditor:
                 return Edit(out, edit.verdict)
         if has_loop("".join(self.spoken) + self._pending):
             self.cut = "loop"  # the rest of the loop is not said
-            return Edit(out, Verdict.STOP)
+            self.spoken.append(self._pending[: self._released])
+            self._pending, self._released = "", 0
+            return Edit(out, Verdict.STOP if self.text.strip() else Verdict.REGENERATE)
         if not self._held(self._pending):
             out += self._pending[self._released :]
             self._released = len(self._pending)
         return Edit(out)
 
     def finish(self) -> Edit:
-        """The stream ended: its last sentence needs no mark after it to be judged."""
+        """The stream ended: its last sentence needs no mark after it to be judged. Nothing
+        said and something left unsaid: ask again."""
         if not normalise(self._pending):
             out, self._pending = self._pending[self._released :], ""
-            return Edit(out if self.spoken else "", Verdict.STOP)
-        return self._end_sentence(len(self._pending))
+            edit = Edit(out if self.spoken else "", Verdict.STOP)
+        else:
+            edit = self._end_sentence(len(self._pending))
+        if not self.text.strip() and not edit.text and self.skipped:
+            return Edit("", Verdict.REGENERATE)
+        return edit

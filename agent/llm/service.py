@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
+from dataclasses import replace
 
 import openai
 from pipecat.frames.frames import (
@@ -59,9 +60,10 @@ from agent.settings import FALLBACK_LINE, LLMSettings
 
 FALLBACK = FALLBACK_LINE  # the default llm.fallback_line
 ENGINE_ERRORS = (openai.OpenAIError, TimeoutError, RuntimeError, ValueError, OSError)
-# Added to the caller's words when the answer began with a sentence already said: greedy
-# decoding would give the same sentence again.
+# Added to the caller's words when an answer had nothing new to say: greedy decoding would
+# give the same sentence again, so the second try also samples (seeded: reproducible).
 RETRY_NOTE = " (Answer in new words; do not repeat yourself or me.)"
+RETRY_TEMPERATURE = 0.7
 
 
 class StreamingLLM(FrameProcessor):
@@ -248,7 +250,10 @@ class StreamingLLM(FrameProcessor):
                 last = messages[-1]
                 retry = [*messages[:-1], {**last, "content": last["content"] + RETRY_NOTE}]
                 editor.restart()
-                verdict, usage = await self._stream_edited(retry, editor, arrivals)
+                sampling = replace(
+                    self._sampling, temperature=max(RETRY_TEMPERATURE, s.temperature)
+                )
+                verdict, usage = await self._stream_edited(retry, editor, arrivals, sampling)
             if not editor.text.strip():  # nothing new to say
                 await self._emit(LLMTextFrame(text=s.fallback_line))
         except ENGINE_ERRORS as exc:
@@ -272,7 +277,11 @@ class StreamingLLM(FrameProcessor):
         return None if error else editor.text
 
     async def _stream_edited(
-        self, messages: list[dict], editor: AnswerEditor, arrivals: list[float]
+        self,
+        messages: list[dict],
+        editor: AnswerEditor,
+        arrivals: list[float],
+        sampling: Sampling | None = None,
     ) -> tuple[Verdict, Usage]:
         """One engine stream through the editor, until the editor ends it or the model does
         (leaving the ``async for`` closes the stream: decoding stops there)."""
@@ -280,7 +289,7 @@ class StreamingLLM(FrameProcessor):
         usage = Usage()
         async with asyncio.timeout(s.timeout_secs) as stall:
             async for item in self._engine.stream(
-                messages, max_tokens=s.max_tokens, sampling=self._sampling
+                messages, max_tokens=s.max_tokens, sampling=sampling or self._sampling
             ):
                 if isinstance(item, Usage):
                     usage = item

@@ -12,10 +12,10 @@ caller speaks), and decoding speed. Per-turn answers go to the JSON file too.
         [--baseline] [--conversations facts small_talk]
 
 ``--variant NAME:key=value,...`` overrides llm settings for one run (repeatable; default: the
-settings as they are; ``system_prompt=@FILE`` reads the text from a file). ``--baseline`` adds a run of the stage as it was before the answer
-editor (old system prompt, temperature 0.2, no penalty, no sentence stop, no history filter)
-for comparison, in-process only. Engine ``openai`` needs ``--url``; ``vllm`` needs
-scripts/setup_vllm.sh.
+settings as they are; ``system_prompt=@FILE`` reads the text from a file). ``--baseline``
+adds a run of the stage as it was before the answer editor (old system prompt, temperature
+0.2, no penalty, no sentence stop, no history filter) for comparison, in-process only.
+Engine ``openai`` needs ``--url``; ``vllm`` needs scripts/setup_vllm.sh.
 """
 
 from __future__ import annotations

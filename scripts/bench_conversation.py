@@ -171,7 +171,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         "model": model, "engine": kind, "variant": name, "overrides": overrides,
                         "summary": summary, "turns": as_dicts(results),
                     })  # fmt: skip
-    return {"set": str(args.set), "conversations": [c.name for c in conversations], "runs": runs}
+                    save(args, conversations, runs)  # a long sweep keeps what it measured
+    return save(args, conversations, runs)
+
+
+def save(args: argparse.Namespace, conversations: list[Conversation], runs: list) -> dict:
+    result = {"set": str(args.set), "conversations": [c.name for c in conversations], "runs": runs}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    return result
 
 
 def main() -> None:
@@ -188,9 +196,7 @@ def main() -> None:
     parser.add_argument("--url", help="OpenAI-compatible base URL (engine openai)")
     parser.add_argument("--url-model", help="model id at --url")
     args = parser.parse_args()
-    result = asyncio.run(run(args))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    asyncio.run(run(args))
     print(f"wrote {args.out}")
 
 

@@ -135,10 +135,13 @@ class _Caller(FrameProcessor):
 
     async def _talk(self) -> None:
         await asyncio.sleep(CALL_START_SECS)  # the stage warms its engine as a call starts
-        for text in self._turns:
-            self._answered.clear()
-            await self.push_frame(TranscriptionFrame(text=text, user_id="caller", timestamp=""))
-            await asyncio.wait_for(self._answered.wait(), ANSWER_TIMEOUT_SECS)
+        try:
+            for text in self._turns:
+                self._answered.clear()
+                await self.push_frame(TranscriptionFrame(text=text, user_id="caller", timestamp=""))
+                await asyncio.wait_for(self._answered.wait(), ANSWER_TIMEOUT_SECS)
+        except TimeoutError:
+            pass  # no answer: the caller hangs up, the turns left count as unanswered
         await self.push_frame(EndWorkerFrame(), FrameDirection.UPSTREAM)
 
 
@@ -194,7 +197,9 @@ async def talk(
     )
     await run_pipeline(pipeline, rate=16000)
     results: list[TurnResult] = []
-    for i, (turn, got) in enumerate(zip(conversation.turns, listener.answers, strict=True), 1):
+    unanswered = {"phrases": [], "error": "no answer"}
+    answers = listener.answers + [unanswered] * (len(conversation.turns) - len(listener.answers))
+    for i, (turn, got) in enumerate(zip(conversation.turns, answers, strict=True), 1):
         answer = " ".join(got["phrases"])
         usage: LLMUsageFrame | None = got.get("usage")
         earlier = [r.answer for r in results]
@@ -211,7 +216,8 @@ async def talk(
                 words=len(normalise(answer).split()),
                 ttft_ms=since_request("first_token"), first_phrase_ms=since_request("first_phrase"),
                 completion_tokens=usage.completion_tokens if usage else None,
-                itl_ms=usage.itl_ms if usage else None, error=usage.error if usage else None,
+                itl_ms=usage.itl_ms if usage else None,
+                error=usage.error if usage else got.get("error"),
             )
         )  # fmt: skip
     return results

@@ -110,14 +110,21 @@ def units(text: str) -> tuple[str, ...]:
     return tuple(found)
 
 
+def reads_back(answer: str, heard: str) -> bool:
+    """The answer says ``ECHO_RUN_WORDS`` of the caller's words in a row."""
+    words, said = f" {normalise(answer)} ", normalise(heard).split()
+    return any(
+        f" {' '.join(said[i : i + ECHO_RUN_WORDS])} " in words
+        for i in range(len(said) - ECHO_RUN_WORDS + 1)
+    )
+
+
 def is_echo(answer: str, heard: str) -> bool:
     """The answer repeats the caller: one of its sentences is a sentence or clause of the
-    caller's turn, or it says ``ECHO_RUN_WORDS`` of the caller's words in a row (a short
-    read-back, "your booking number is 3 5 8", is not an echo)."""
-    words, said = f" {normalise(answer)} ", normalise(heard).split()
-    for i in range(len(said) - ECHO_RUN_WORDS + 1):
-        if f" {' '.join(said[i : i + ECHO_RUN_WORDS])} " in words:
-            return True
+    caller's turn, or it reads back ``ECHO_RUN_WORDS`` of the caller's words in a row (a
+    short read-back, "your booking number is 3 5 8", is not an echo)."""
+    if reads_back(answer, heard):
+        return True
     return any(similar(a, h) for a in units(answer) for h in units(heard))
 
 
@@ -155,6 +162,7 @@ class AnswerEditor:
     def __init__(self, said: Iterable[str], heard: str, max_sentences: int) -> None:
         units_said = [s for text in said for s in sentences(text)]
         self._blocked = [b for b in map(normalise, [*units_said, *units(heard)]) if b]
+        self._heard = heard
         self._max = max_sentences
         self._pending = ""  # the sentence in progress
         self._released = 0  # how much of it went out
@@ -178,9 +186,12 @@ class AnswerEditor:
         """Said before: the same words, nearly, or a sentence said before and then more
         ("And so my fellow Americans, we must ...")."""
         words = normalise(sentence)
-        return bool(words) and any(
-            similar(words, b) or (len(b.split()) >= 3 and words.startswith(b + " "))
-            for b in self._said_before()
+        return bool(words) and (
+            reads_back(sentence, self._heard)
+            or any(
+                similar(words, b) or (len(b.split()) >= 3 and words.startswith(b + " "))
+                for b in self._said_before()
+            )
         )
 
     def _held(self, partial: str) -> bool:

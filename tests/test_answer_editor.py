@@ -305,3 +305,9 @@ async def test_servers_get_the_same_options_under_their_own_names(server, field)
     if field:
         assert body[field] == 1.15
 
+
+def test_an_opening_bracket_does_not_let_a_repeat_through():
+    editor = AnswerEditor(["(I'll leave it to you, I'm sure. Bye.)"], "Hello.", 2)
+    out = "".join(editor.feed(t).text for t in ["(", "I", "'ll", " leave", " it", " to", " you",
+                                                ",", " I", "'m", " sure", ".)"])  # fmt: skip
+    assert out == "" and editor.finish().verdict is Verdict.REGENERATE

@@ -200,7 +200,7 @@ class AnswerEditor:
         Exactly (its words begin one), or nearly: from three words on, see ``_close``."""
         words = normalise(partial)
         if not words:
-            return False
+            return True  # no word yet (an opening bracket or quote): wait for one
         n = len(words.split())
         for b in self._said_before():
             if b.startswith(words) or (len(b.split()) >= 3 and words.startswith(b + " ")):
@@ -213,6 +213,7 @@ class AnswerEditor:
         sentence, self._pending = self._pending[:end], self._pending[end:]
         released, self._released = self._released, 0
         repeat, loop = self._blocks(sentence), has_loop("".join(self.spoken) + sentence)
+        released = released if normalise(sentence[:released]) else 0  # marks alone: unsaid
         if released and (repeat or loop):
             # Part of it is out already: a repeat is said to its end (half a sentence is
             # worse), a loop stops where it is. Nothing more of this answer.

@@ -62,7 +62,7 @@ FALLBACK = FALLBACK_LINE  # the default llm.fallback_line
 ENGINE_ERRORS = (openai.OpenAIError, TimeoutError, RuntimeError, ValueError, OSError)
 # Added to the caller's words when an answer had nothing new to say: greedy decoding would
 # give the same sentence again, so the second try also samples (seeded: reproducible).
-RETRY_NOTE = " (Answer in new words; do not repeat yourself or me.)"
+RETRY_NOTE = " Please answer in new words, without repeating what either of us said."
 RETRY_TEMPERATURE = 0.7
 
 

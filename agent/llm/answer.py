@@ -75,11 +75,13 @@ def similar(a: str, b: str) -> bool:
 
 
 def _close(words: list[str], before: list[str]) -> bool:
-    """The words so far are, in order, those of a sentence said before, give or take one
-    word in five: it may still end up ``similar`` (a sentence let out half-way cannot be
-    taken back, so this errs towards holding)."""
+    """The words so far could still end up ``similar`` to a sentence said before: were the
+    rest of the answer that sentence's rest, they would. A sentence let out half-way
+    cannot be taken back, so this errs towards holding."""
     blocks = SequenceMatcher(None, words, before, autojunk=False).get_matching_blocks()
-    return sum(b.size for b in blocks) >= len(words) - max(1, len(words) // 5)
+    matched = sum(b.size for b in blocks)
+    rest = len(before) - max((b.b + b.size for b in blocks if b.size), default=0)
+    return 2 * (matched + rest) / (len(words) + rest + len(before)) >= SIMILAR
 
 
 def has_loop(text: str) -> bool:

@@ -157,6 +157,7 @@ MODELS: dict[str, ModelSpec] = {
                 ),
             ),
             license="Apache-2.0 (model: Qwen2.5-Coder-0.5B-Instruct, GGUF Q4_K_M)",
+            default=False,  # docs/conversation.md: better answers, slower first token
             entry="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
         ),
     )

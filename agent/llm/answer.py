@@ -203,11 +203,12 @@ class AnswerEditor:
         words = normalise(partial)
         if not words:
             return True  # no word yet (an opening bracket or quote): wait for one
-        n = len(words.split())
+        # The last word may be half a word ("gre" of "greasy"): judge the whole ones.
+        whole = words.split()[: None if partial[-1:].isspace() else -1]
         for b in self._said_before():
             if b.startswith(words) or (len(b.split()) >= 3 and words.startswith(b + " ")):
                 return True
-            if n >= 3 and _close(words.split(), b.split()):
+            if any(len(w) >= 3 and _close(w, b.split()) for w in (whole, words.split())):
                 return True
         return False
 

@@ -63,7 +63,8 @@ async def test_answer_streams_tokens_and_reports_cached_prefix(inprocess, settin
     usage = next(f for f in down if isinstance(f, LLMUsageFrame))
     assert texts and "".join(texts).strip()
     assert any(isinstance(f, TimelineEventFrame) and f.event == "llm_request" for f in down)
-    assert usage.error is None and usage.completion_tokens == len(texts)
+    # The answer editor may pass several held tokens on as one frame.
+    assert usage.error is None and usage.completion_tokens >= len(texts)
     # The static system prompt was prefilled at load: most of the prompt is a cache hit.
     assert usage.cached_tokens / usage.prompt_tokens >= 0.6
     assert isinstance(down[-1], LLMFullResponseEndFrame)
@@ -95,11 +96,12 @@ async def test_interruption_stops_decoding_at_once(inprocess, settings):
     received = [f for f in down if isinstance(f, LLMTextFrame)]
     assert 0 < len(received) < long.max_tokens
     # The engine's own counter: prompt + what it decoded. Had decoding gone on after the
-    # interruption, it would be far past what reached the pipeline.
+    # interruption, it would be far past what reached the pipeline (the answer editor may
+    # still hold a sentence's tokens back: at most a sentence more than was received).
     formatted = inprocess._format(messages=prompt_messages(long.system_prompt, ask.messages, 4))
     prompt = inprocess.llm.tokenize(formatted.prompt.encode(), add_bos=False, special=True)
     decoded = inprocess.llm.n_tokens - len(prompt)
-    assert len(received) - 1 <= decoded <= len(received) + 2
+    assert len(received) - 1 <= decoded <= len(received) + 30 < long.max_tokens
 
 
 def test_history_is_trimmed_in_whole_pairs_and_steps():

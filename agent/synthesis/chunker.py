@@ -32,11 +32,18 @@ CLAUSE_END = re.compile(r"[,;:\u2014]+(?=\s)|\s[-\u2013]\s")
 NOT_AN_END = re.compile(r"\b(?:Dr|Mr|Mrs|Ms|St|vs|etc|e\.g|i\.e|approx)\.$", re.I)
 
 
-def split_phrase(buffer: str, first: bool, first_min_words: int, min_words: int) -> int | None:
-    """Where the next phrase ends in ``buffer`` (an index), or None to wait for more text."""
+def sentence_end(buffer: str) -> int | None:
+    """Where the first sentence in ``buffer`` ends (an index), once the next text has begun."""
     for m in SENTENCE_END.finditer(buffer):
         if not NOT_AN_END.search(buffer[: m.end()]) and not _inside_number(buffer, m.start()):
             return m.end()
+    return None
+
+
+def split_phrase(buffer: str, first: bool, first_min_words: int, min_words: int) -> int | None:
+    """Where the next phrase ends in ``buffer`` (an index), or None to wait for more text."""
+    if (end := sentence_end(buffer)) is not None:
+        return end
     words_needed = first_min_words if first else min_words
     for m in CLAUSE_END.finditer(buffer):
         if first or len(buffer[: m.start()].split()) >= words_needed:

@@ -81,14 +81,18 @@ def open_engine(
         return
     if kind == "vllm":
         with VllmServer(s, settings.models_dir) as vllm:
-            yield OpenAIChatEngine(vllm.base_url, vllm.served_name, s, server="vllm")
+            yield OpenAIChatEngine(
+                vllm.base_url, vllm.served_name, s, api_key=vllm.api_key, server="vllm"
+            )
         return
     gguf = model_store.resolve(model, "llm", settings.models_dir)
     if kind == "llama-inprocess":
         yield InProcessLlama(gguf, s)
         return
     with LlamaServer(gguf, s) as server:
-        yield OpenAIChatEngine(server.base_url, gguf.stem, s, server="llama-server")
+        yield OpenAIChatEngine(
+            server.base_url, gguf.stem, s, api_key=server.api_key, server="llama-server"
+        )
 
 
 async def _tokens(engine: ChatEngine, messages: list[dict], s: LLMSettings) -> AsyncIterator[str]:

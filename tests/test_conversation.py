@@ -77,7 +77,9 @@ async def test_two_calls_through_the_llama_cpp_server(settings):
     s = settings.llm.model_copy(update={"timeout_secs": 60})
     gguf = model_store.resolve(s.model, "llm", settings.models_dir)
     with LlamaServer(gguf, s) as server:
-        engine = OpenAIChatEngine(server.base_url, gguf.stem, s, server="llama-server")
+        engine = OpenAIChatEngine(
+            server.base_url, gguf.stem, s, api_key=server.api_key, server="llama-server"
+        )
         for name in ("say_again", "demo_call"):
             conversation = next(c for c in CONVERSATIONS if c.name == name)
             assert_well_behaved(await talk(conversation, engine, s), repeats=False)

@@ -359,18 +359,18 @@ async def test_a_dead_primary_fails_over_to_the_fallback_url(settings):
         messages = [{"role": "user", "content": "Tell me about the stars."}]
         got: list[str] = []
         with pytest.raises(RuntimeError, match="failing over to the fallback URL"):
-            async for item in engine.stream(messages, max_tokens=200, temperature=0):
+            async for item in engine.stream(messages, max_tokens=200):
                 if isinstance(item, str):
                     got.append(item)
                     if len(got) == 3:
                         os.kill(primary.pid, signal.SIGKILL)
         assert len(got) >= 3
         # The next answer comes whole from the fallback, without an error.
-        answer = [x async for x in engine.stream(messages, max_tokens=20, temperature=0)]
+        answer = [x async for x in engine.stream(messages, max_tokens=20)]
         assert [x for x in answer if isinstance(x, str)]
         # Later, the primary is tried again: still dead before the first token, so the
         # fallback answers that same turn.
         engine._primary_down_until = 0.0
-        answer = [x async for x in engine.stream(messages, max_tokens=20, temperature=0)]
+        answer = [x async for x in engine.stream(messages, max_tokens=20)]
         assert [x for x in answer if isinstance(x, str)]
         engine.close()

@@ -259,7 +259,9 @@ class FirstPhraseSynthesis(FrameProcessor):
 async def test_decoding_pauses_while_the_first_phrase_is_synthesised(inprocess, settings, pause):
     s = settings.llm.model_copy(
         update={
-            "keepalive_secs": 0, "max_tokens": 60, "max_sentences": 50,
+            "keepalive_secs": 0,
+            "max_tokens": 60,
+            "max_sentences": 50,
             "pause_for_first_phrase": pause,
         }  # fmt: skip
     )

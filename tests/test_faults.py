@@ -157,7 +157,8 @@ def models() -> AgentModels:
 def server(models, tmp_path_factory) -> Iterator[InProcessServer]:
     """The embedded llama.cpp server engine (restarted by the failover policy), long answers."""
     llm = {"engine": "llama-server", "system_prompt": LONG_ANSWERS, "max_tokens": 300,
-           "timeout_secs": 30, "keepalive_secs": 0, "speculate": False}  # fmt: skip
+           "max_sentences": 50, "timeout_secs": 30, "keepalive_secs": 0, "speculate": False,
+           "greeting": ""}  # fmt: skip
     settings = Settings(llm=llm)
     budget = load_budget(settings.budget_file)
     with llm_engine(settings) as engine:
@@ -174,7 +175,7 @@ def short(models, server, tmp_path_factory) -> Iterator[tuple[InProcessServer, D
     server.run(proxy.start())  # on the server's loop, which runs all along
     settings = Settings(llm={"engine": "openai", "base_url": f"http://127.0.0.1:{proxy.port}/v1",
                              "max_tokens": 16, "timeout_secs": 15.0, "keepalive_secs": 0,
-                             "speculate": False})  # fmt: skip
+                             "speculate": False, "greeting": ""})  # fmt: skip
     key = engine_of(server).server.api_key  # the proxy passes the request on as it is
     engine = OpenAIChatEngine(
         f"http://127.0.0.1:{proxy.port}/v1", "smollm2", settings.llm, api_key=key
@@ -186,6 +187,12 @@ def short(models, server, tmp_path_factory) -> Iterator[tuple[InProcessServer, D
     with serving_in_process(runtime, tmp_path_factory.mktemp("short-calls")) as running:
         yield running, proxy
     server.run(proxy.close())
+
+
+def answers_done(server: InProcessServer) -> int:
+    """How many answers of the one call in progress have ended (their usage is recorded)."""
+    (call,) = server.server.calls.values()
+    return sum(1 for turn in call._timer.turns if turn.llm) if call._timer else 0
 
 
 def engine_of(server: InProcessServer) -> FailoverEngine:
@@ -204,7 +211,9 @@ async def test_engine_killed_mid_answer_is_restarted_and_the_next_turn_is_answer
         os.kill(old_pid, signal.SIGKILL)  # mid-answer: 300 tokens take seconds here
         assert await phone.wait_quiet(1.5, 60)
         assert await ask(phone, question("new_home_in_the_stars.wav")) is not None
-        await asyncio.sleep(1.0)
+        # An answer's usage is recorded when it ends: hang up once the second one has (a
+        # loaded machine takes many seconds for a long answer, or to restart the server).
+        assert await wait_until(lambda: answers_done(server) >= 2, 180), "no second answer"
         assert await phone.hang_up(30)
     # The first and the last turn: a loaded machine may hear a question as two turns.
     records = turn_records(server.calls("phone")[-1])

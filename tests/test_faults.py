@@ -341,7 +341,8 @@ async def test_slow_engine_gets_the_fallback_sentence_then_recovers(short):
         assert await phone.wait_quiet(1.0, 60)
         await asyncio.sleep(4.0)  # the held reply is let go: the next request has the engine
         assert await ask(phone, question("new_home_in_the_stars.wav")) is not None
-        assert await phone.wait_quiet(1.0, 60)
+        # Not on a pause in its audio: a loaded machine may decode slower than it is spoken.
+        assert await wait_until(lambda: answers_done(served) >= 2, 120), "no second answer"
         assert await phone.hang_up(30)
     records = turn_records(served.calls("phone")[-1])  # (the first and the last turn)
     first, second = records[0], records[-1]

@@ -44,9 +44,13 @@ def assert_well_behaved(results, repeats: bool = True) -> None:
         assert not (repeats and r.repeated), f"repeats an earlier answer: {where}"
 
 
-# Not met yet with the default model (docs/conversation.md): an answer with nothing new on
-# both tries speaks the fallback line, which repeats once said; a few near repeats remain.
-NOT_YET = pytest.mark.xfail(reason="issue 22 target not reached yet", strict=False)
+# Issue 22 targets not met yet with the default model (docs/conversation.md, "Not reached
+# yet"); the reasons give SmolLM2-135M's figures in the run the page cites.
+REPEATS_NOT_YET = pytest.mark.xfail(
+    reason="3 of 48 answers repeat an earlier one (each a second fallback line in its call)",
+    strict=False,
+)
+CHECKS_NOT_YET = pytest.mark.xfail(reason="28 of 48 checks met, 36 needed", strict=False)
 
 
 def test_the_set_is_big_enough():
@@ -58,13 +62,13 @@ def test_no_loop_no_echo_and_at_most_two_sentences(heard, name: str):
     assert_well_behaved(heard[name], repeats=False)
 
 
-@NOT_YET
+@REPEATS_NOT_YET
 def test_no_answer_repeats_an_earlier_one(heard):
     for turns in heard.values():
         assert_well_behaved(turns)
 
 
-@NOT_YET
+@CHECKS_NOT_YET
 def test_the_whole_set_meets_three_checks_in_four(heard):
     results = [r for turns in heard.values() for r in turns]
     failed = [f"{r.conversation}/{r.turn}: {r.answer!r} ({r.misses})" for r in results

@@ -85,7 +85,8 @@ def _close(words: list[str], before: list[str]) -> bool:
 
 
 def has_loop(text: str) -> bool:
-    """A phrase repeated inside ``text``: 2+ words back to back, or 4+ words anywhere."""
+    """A phrase repeated inside ``text``: two words or more back to back, or
+    ``LOOP_MIN_WORDS`` words anywhere."""
     words = normalise(text).split()
     for n in range(2, len(words) // 2 + 1):
         for i in range(len(words) - 2 * n + 1):

@@ -41,9 +41,8 @@ from agent.llm.conversation import (
     summarise,
     talk,
 )
-from agent.llm.engines import ChatEngine, InProcessLlama, OpenAIChatEngine, Sampling, Usage
-from agent.llm.llama_server import LlamaServer
-from agent.llm.vllm_server import VllmServer
+from agent.llm.engines import ChatEngine, Sampling, Usage
+from agent.pipeline import llm_engine
 from agent.settings import LLMSettings, Settings
 
 # The stage before issue 22, for --baseline.
@@ -74,25 +73,13 @@ def parse_variant(spec: str) -> tuple[str, dict[str, Any]]:
 def open_engine(
     kind: str, model: str, s: LLMSettings, settings: Settings, args
 ) -> Iterator[ChatEngine]:
+    """The agent's own engine of that kind (``llm_engine``), answering with ``model``."""
     if kind == "openai":
         if not args.url:
             raise SystemExit("engine openai needs --url")
-        yield OpenAIChatEngine(args.url, args.url_model or model, s)
-        return
-    if kind == "vllm":
-        with VllmServer(s, settings.models_dir) as vllm:
-            yield OpenAIChatEngine(
-                vllm.base_url, vllm.served_name, s, api_key=vllm.api_key, server="vllm"
-            )
-        return
-    gguf = model_store.resolve(model, "llm", settings.models_dir)
-    if kind == "llama-inprocess":
-        yield InProcessLlama(gguf, s)
-        return
-    with LlamaServer(gguf, s) as server:
-        yield OpenAIChatEngine(
-            server.base_url, gguf.stem, s, api_key=server.api_key, server="llama-server"
-        )
+        s = s.model_copy(update={"base_url": args.url, "model": args.url_model or model})
+    with llm_engine(settings.model_copy(update={"llm": s})) as engine:
+        yield engine
 
 
 async def _tokens(engine: ChatEngine, messages: list[dict], s: LLMSettings) -> AsyncIterator[str]:

@@ -35,7 +35,7 @@ from agent.llm.context import UserTurnAggregator
 from agent.llm.engines import InProcessLlama, OpenAIChatEngine
 from agent.llm.llama_server import free_port
 from agent.llm.prompt import prompt_messages
-from agent.llm.service import FALLBACK, StreamingLLM
+from agent.llm.service import StreamingLLM
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +77,7 @@ async def test_engine_down_speaks_a_fallback_and_records_the_error(settings):
     down, _ = await run_test(
         llm, frames_to_send=[LLMContextFrame(context=context("Hello?")), SleepFrame(sleep=2)]
     )
-    assert [f.text for f in down if isinstance(f, LLMTextFrame)] == [FALLBACK]
+    assert [f.text for f in down if isinstance(f, LLMTextFrame)] == [settings.llm.fallback_line]
     usage = next(f for f in down if isinstance(f, LLMUsageFrame))
     assert usage.error and "APIConnectionError" in usage.error
 

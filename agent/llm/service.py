@@ -56,9 +56,8 @@ from agent.frames import (
 from agent.llm.answer import AnswerEditor, Verdict
 from agent.llm.engines import ChatEngine, Sampling, Usage
 from agent.llm.prompt import prefix_after_trim, prompt_messages
-from agent.settings import FALLBACK_LINE, LLMSettings
+from agent.settings import LLMSettings
 
-FALLBACK = FALLBACK_LINE  # the default llm.fallback_line
 ENGINE_ERRORS = (openai.OpenAIError, TimeoutError, RuntimeError, ValueError, OSError)
 # Added to the caller's words when an answer had nothing new to say: greedy decoding would
 # give the same sentence again, so the second try also samples (seeded: reproducible).

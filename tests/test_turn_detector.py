@@ -136,3 +136,31 @@ async def test_smart_turn_judges_the_audio_at_the_vad_pause_not_after_the_stop_w
     # a verdict of "not yet" at the pause is asked again once the window has passed
     assert all(ms >= detector.window_passed_ms[0] - 40 for ms in detector.judged_ms[1:])
     assert len(detector.judged_ms) <= 2
+
+
+class TextWaitCounter(AudioClockedDetector):
+    """Counts the stops at which it waited for recognition's pause transcript."""
+
+    waits = 0
+
+    async def _pause_text_arrived(self) -> bool:
+        self.waits += 1
+        return await super()._pause_text_arrived()
+
+
+@pytest.mark.parametrize(("speech_ms", "waits"), [(500, True), (None, False)])
+async def test_only_a_short_sound_waits_for_the_transcript_to_tell_noise_from_words(
+    settings, speech_ms, waits
+):
+    """A sound under a second may be a click or a breath, so whether it holds a word decides;
+    a longer turn is speech and its end is not delayed by the transcript (no recogniser here:
+    the transcript never comes)."""
+    home = load_audio(SAMPLES / "new_home_in_the_stars.wav", RATE)
+    start, end = speech_bounds(home, RATE)
+    speech = home[start : start + speech_ms * RATE // 1000] if speech_ms else home[start:end]
+    pcm = np.concatenate([np.zeros(RATE // 2, np.int16), speech, np.zeros(RATE, np.int16)])
+    # lean 1: only Smart Turn's own verdict ends the turn, so no other rule asks for the text
+    turn = settings.turn.model_copy(update={"smart_turn_lean": 1.0})
+    detector = TextWaitCounter(turn, TurnModels.load(), AudioClock(), rate=RATE)
+    await run_test(detector, frames_to_send=audio_frames(pcm))
+    assert (detector.waits > 0) is waits

@@ -3,7 +3,11 @@
 ``UserTurnAggregator`` (after recognition) adds each final transcript as a user message and
 asks the LLM for an answer (at a pause, for a speculative one); an empty transcript asks
 for nothing and says so upstream. Each interim transcript offers the turn so far for
-prefilling.
+prefilling. A caller who goes on before hearing an answer continues the same message:
+words that follow a user message with no spoken answer after it are joined to it, a final
+that comes while the caller already speaks again waits for the rest instead of being
+answered over them, and an answer asked for but not yet playing is interrupted (dropped)
+when the caller speaks again.
 ``SpokenTextAggregator`` (after the output transport) adds what the bot actually said:
 only phrases whose audio was written reach it, so after a barge-in the context holds the
 spoken part, not what the model wrote.
@@ -12,6 +16,7 @@ spoken part, not what the model wrote.
 from __future__ import annotations
 
 from pipecat.frames.frames import (
+    BotStartedSpeakingFrame,
     Frame,
     InterimTranscriptionFrame,
     InterruptionFrame,
@@ -20,6 +25,8 @@ from pipecat.frames.frames import (
     LLMFullResponseStartFrame,
     TranscriptionFrame,
     TTSTextFrame,
+    UserStartedSpeakingFrame,
+    UserStoppedSpeakingFrame,
 )
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
@@ -53,14 +60,30 @@ class UserTurnAggregator(FrameProcessor):
     def __init__(self, context: LLMContext) -> None:
         super().__init__()
         self._context = context
+        self._caller_speaking = False
+        self._answer_due = False  # an answer was asked for and has not started playing
 
     def _turn_with(self, transcript: str) -> list[dict] | None:
-        """The context's messages with ``transcript`` as the new user message (None: no words)."""
+        """The context's messages with ``transcript`` as the new user message, or joined to the
+        last one when no answer was spoken after it (None: no words)."""
         message = user_message(transcript)
-        return None if message is None else [*self._context.get_messages(), message]
+        if message is None:
+            return None
+        messages = list(self._context.get_messages())
+        if messages and messages[-1].get("role") == "user":
+            earlier = messages.pop()
+            message = {"role": "user", "content": f"{earlier['content']} {message['content']}"}
+        return [*messages, message]
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
+        if isinstance(frame, UserStartedSpeakingFrame | UserStoppedSpeakingFrame):
+            self._caller_speaking = isinstance(frame, UserStartedSpeakingFrame)
+            if self._caller_speaking and self._answer_due:
+                self._answer_due = False
+                await self.broadcast_interruption()
+        elif isinstance(frame, BotStartedSpeakingFrame):
+            self._answer_due = False  # playing: a barge-in is the turn detector's to call
         if isinstance(frame, SpeculativeTranscriptFrame):
             if (turn := self._turn_with(frame.text)) is not None:
                 await self.push_frame(SpeculativeTurnFrame(messages=turn))
@@ -73,12 +96,16 @@ class UserTurnAggregator(FrameProcessor):
         if not isinstance(frame, TranscriptionFrame):
             await self.push_frame(frame, direction)
             return
-        message = user_message(frame.text)
-        if message is None:
+        turn = self._turn_with(frame.text)
+        if turn is None:
             await self.push_frame(NoReplyFrame(), FrameDirection.UPSTREAM)
             return
-        self._context.add_message(message)
+        self._context.set_messages(turn)
         await self.push_frame(frame, direction)
+        if self._caller_speaking:  # already going on: answered with the rest of the turn
+            await self.push_frame(NoReplyFrame(), FrameDirection.UPSTREAM)
+            return
+        self._answer_due = True
         await self.push_frame(LLMContextFrame(context=self._context))
 
 

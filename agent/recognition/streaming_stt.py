@@ -47,11 +47,10 @@ from agent.frames import (
     StageErrorFrame,
     TimelineEventFrame,
 )
-from agent.recognition.utterance import Snapshot, Utterance, has_words
+from agent.recognition.utterance import NOISE_MAX_SECS, Snapshot, Utterance, has_words
 from agent.recognition.whisper_decoder import RATE, Pass, WhisperDecoder
 from agent.settings import ASRSettings
 
-NOISE_MAX_SECS = 0.8  # a sound this short with no word in it is a hiss, a click or a breath
 NO_SPEECH_PROB = 0.5  # Whisper's own no-speech threshold is 0.6 (with a low log-probability)
 
 

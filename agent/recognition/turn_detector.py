@@ -56,7 +56,7 @@ from agent.frames import (
     TurnEndReasonFrame,
 )
 from agent.recognition.sound_onset import SoundOnset
-from agent.recognition.utterance import has_words
+from agent.recognition.utterance import NOISE_MAX_SECS, has_words
 from agent.settings import TurnSettings
 
 SMART_TURN_MAX_SECS = 8
@@ -140,6 +140,7 @@ class TurnDetector(FrameProcessor):
         # What Smart Turn hears: the last 8 s, so the turn's start and its lead-in too.
         self._recent = RecentAudio(rate, SMART_TURN_MAX_SECS * 1000)
         self._silence_started: float | None = None
+        self._speech_started_ms = 0.0  # where the open turn's speech began
         # Smart Turn's verdict on the audio at the VAD's pause, on a thread of the call's own.
         self._judge = ThreadPoolExecutor(max_workers=1, thread_name_prefix="smart-turn")
         self._verdict: asyncio.Future | None = None
@@ -258,6 +259,7 @@ class TurnDetector(FrameProcessor):
             await self._speech_resumed()
             return
         self._in_turn = True
+        self._speech_started_ms = start
         self._holding = False  # confirmed: the interruption below flushes the held audio
         await self.push_frame(TimelineEventFrame(event="speech_start", at_ms=start, exact=False))
         if self._bot_speaking:
@@ -336,8 +338,12 @@ class TurnDetector(FrameProcessor):
         return None
 
     async def _heard_words(self) -> bool:
-        """Whether recognition's transcript at this pause holds a word (True when it is late:
-        only a transcript known to be noise holds the turn open)."""
+        """Whether recognition's transcript at this pause holds a word. Only a short sound can
+        be noise, so only a short turn waits for the transcript (True when it is late: only a
+        transcript known to be noise holds the turn open)."""
+        speech_secs = (self._silence_started or self._clock.now_ms()) - self._speech_started_ms
+        if speech_secs / 1000 > NOISE_MAX_SECS:
+            return True
         if not await self._pause_text_arrived():
             return True
         return has_words(self._pause_text)

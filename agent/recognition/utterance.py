@@ -29,6 +29,7 @@ TRIM_SEARCH_SECS = (0.15, 0.1)  # look this far before / after the word's end fo
 FORCE_COMMIT_SECS = 20.0  # past this, commit even where no phrase ends (at the longest gap)
 MAX_OVERLAP_WORDS = 4
 NEW_TOKENS_PER_SEC = 6  # what audio since the last pass may add: fast speech, with stamps
+NOISE_MAX_SECS = 0.8  # a sound this short with no word in it is a hiss, a click or a breath
 
 
 FILLERS = {"uh", "um", "umm", "hmm", "mm", "mhm", "ah", "er", "erm", "eh", "oh"}

@@ -1,0 +1,84 @@
+"""A caller who goes on before hearing an answer continues the same turn: the answer that
+was coming is dropped, and the LLM gets both parts as one message.
+
+The aggregator alone (no models): frames in the order the pipeline delivers them, with
+a pause between steps so system frames (turn starts and stops) and data frames
+(transcripts) arrive in that order."""
+
+from __future__ import annotations
+
+from pipecat.frames.frames import (
+    BotStartedSpeakingFrame,
+    InterruptionFrame,
+    LLMContextFrame,
+    TranscriptionFrame,
+    UserStartedSpeakingFrame,
+    UserStoppedSpeakingFrame,
+)
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.processors.frame_processor import FrameDirection
+from pipecat.tests.utils import SleepFrame, run_test
+
+from agent.frames import NoReplyFrame
+from agent.llm.context import UserTurnAggregator
+
+STEP = SleepFrame(sleep=0.2)
+EARLIER = [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello!"}]
+
+
+def final(text: str) -> TranscriptionFrame:
+    return TranscriptionFrame(text=text, user_id="caller", timestamp="", finalized=True)
+
+
+def turn(text: str, *, resumed_before_final: bool = False) -> list:
+    """One turn: start, stop, its final (which may come after the caller speaks again)."""
+    frames = [UserStartedSpeakingFrame(), STEP, UserStoppedSpeakingFrame(), STEP]
+    if resumed_before_final:
+        return [*frames, UserStartedSpeakingFrame(), STEP, final(text), STEP]
+    return [*frames, final(text), STEP]
+
+
+class AskLog(UserTurnAggregator):
+    """Notes the last user message each time it asks for an answer (the frame carries the
+    live context, which later turns change)."""
+
+    def __init__(self, context: LLMContext) -> None:
+        super().__init__(context)
+        self.asked: list[str] = []
+
+    async def push_frame(self, frame, direction=FrameDirection.DOWNSTREAM):
+        if isinstance(frame, LLMContextFrame):
+            self.asked.append(frame.context.get_messages()[-1]["content"])
+        await super().push_frame(frame, direction)
+
+
+async def test_speaking_again_before_the_answer_plays_drops_it_and_joins_the_words():
+    ctx = LLMContext(messages=list(EARLIER))
+    aggregator = AskLog(ctx)
+    frames = [*turn("I'd like to book a table."), *turn("For two, at eight.")]
+    down, _ = await run_test(aggregator, frames_to_send=frames)
+    joined = "I'd like to book a table. For two, at eight."
+    assert aggregator.asked == ["I'd like to book a table.", joined]
+    assert sum(isinstance(f, InterruptionFrame) for f in down) == 1  # the first answer dropped
+    assert ctx.get_messages() == [*EARLIER, {"role": "user", "content": joined}]
+
+
+async def test_a_final_that_comes_while_the_caller_speaks_again_waits_for_the_rest():
+    ctx = LLMContext(messages=list(EARLIER))
+    aggregator = AskLog(ctx)
+    first = turn("My number is 0 1 2 3,", resumed_before_final=True)
+    frames = [*first, UserStoppedSpeakingFrame(), STEP, final("4 5 6."), STEP]
+    down, up = await run_test(aggregator, frames_to_send=frames)
+    assert aggregator.asked == ["My number is 0 1 2 3, 4 5 6."]  # one answer, to all of it
+    assert any(isinstance(f, NoReplyFrame) for f in up)  # the call knows no answer is coming
+    assert not any(isinstance(f, InterruptionFrame) for f in down)
+
+
+async def test_speaking_after_the_answer_started_playing_is_a_new_turn():
+    ctx = LLMContext(messages=list(EARLIER))
+    aggregator = AskLog(ctx)
+    frames = [*turn("What time is it?"), BotStartedSpeakingFrame(), STEP, *turn("Thanks.")]
+    down, _ = await run_test(aggregator, frames_to_send=frames)
+    # a barge-in over a playing answer is the turn detector's to call, not the aggregator's
+    assert not any(isinstance(f, InterruptionFrame) for f in down)
+    assert len(aggregator.asked) == 2

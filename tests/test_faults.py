@@ -248,7 +248,8 @@ async def test_caller_hanging_up_mid_answer_stops_decoding_and_frees_the_call(se
         before = set(server.server.calls)
         phone = PhoneCaller(server.url("/phone"))
         await phone.__aenter__()
-        await asyncio.sleep(0.5)
+        # the call is set up on a thread: slower than half a second on a loaded machine
+        assert await wait_until(lambda: len(set(server.server.calls) - before) == 1, 30)
         (call_id,) = set(server.server.calls) - before
         call = weakref.ref(server.server.calls[call_id])
         # Hang up while the engine is still decoding the answer (a short one may be over

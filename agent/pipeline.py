@@ -84,7 +84,9 @@ def llm_engine(settings: Settings) -> Iterator[ChatEngine]:
         return
     if s.engine == "vllm":  # vLLM's OpenAI server from .venv-vllm, on loopback
         with VllmServer(s, settings.models_dir) as vllm:
-            engine = OpenAIChatEngine(vllm.base_url, vllm.served_name, s, api_key=vllm.api_key)
+            engine = OpenAIChatEngine(
+                vllm.base_url, vllm.served_name, s, api_key=vllm.api_key, server="vllm"
+            )
             yield failover_engine(engine, s)
         return
     gguf = model_store.resolve(s.model, "llm", settings.models_dir)
@@ -92,7 +94,9 @@ def llm_engine(settings: Settings) -> Iterator[ChatEngine]:
         yield failover_engine(InProcessLlama(gguf, s), s)
         return
     with LlamaServer(gguf, s) as server:  # restarted by the failover policy if it dies
-        engine = OpenAIChatEngine(server.base_url, gguf.stem, s, api_key=server.api_key)
+        engine = OpenAIChatEngine(
+            server.base_url, gguf.stem, s, api_key=server.api_key, server="llama-server"
+        )
         yield failover_engine(engine, s, server=server)
 
 
@@ -104,8 +108,9 @@ def build_pipeline(
     engine: ChatEngine,
     settings: Settings,
     clock: CallClock,
+    greeting: bool = False,
 ) -> Pipeline:
-    """The processors of one call, in order."""
+    """The processors of one call, in order; ``greeting``: the bot speaks first."""
     context = LLMContext()
     rate = settings.sample_rate
     return Pipeline(
@@ -114,7 +119,7 @@ def build_pipeline(
             TurnDetector(settings.turn, models.turn, clock, rate=rate),
             StreamingWhisperSTT(models.decoder, settings.asr, clock, rate=rate),
             UserTurnAggregator(context),
-            StreamingLLM(engine, settings.llm, clock),
+            StreamingLLM(engine, settings.llm, clock, greet=greeting),
             PhraseChunker(
                 first_min_words=settings.tts.first_phrase_min_words,
                 min_words=settings.tts.phrase_min_words,

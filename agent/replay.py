@@ -57,19 +57,22 @@ async def replay_call(
     engine: ChatEngine,
     budget: Budget,
     clock: CallClock | None = None,
+    greeting: bool = False,
 ) -> ReplayResult:
     """Play the turns through one call (on ``clock``: real-time pace by default) and write
-    the run's files."""
+    the run's files.
+
+    ``greeting``: the bot speaks ``llm.greeting`` first; turn 1 waits until it is done."""
     out_dir.mkdir(parents=True, exist_ok=True)
     tracer = turn_tracer(settings.otel_endpoint)  # before the call: a missing extra fails fast
     rate = settings.sample_rate
     clock = clock or CallClock()
     recorder = CallRecorder(rate)
-    transport_in = ReplayInput(turns, clock, recorder, rate=rate)
+    transport_in = ReplayInput(turns, clock, recorder, rate=rate, after_greeting=greeting)
     transport_out = PacedOutput(clock, recorder, rate=rate)
     pipeline = build_pipeline(
         transport_in, transport_out, models=models, engine=engine, settings=settings,
-        clock=clock,
+        clock=clock, greeting=greeting,
     )  # fmt: skip
     timer = TurnTimer(clock, budget)
     await run_pipeline(pipeline, rate=rate, observers=[timer])

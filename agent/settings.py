@@ -20,6 +20,7 @@ from pydantic import (
     SecretStr,
     ValidationError,
     field_validator,
+    model_validator,
 )
 from pydantic_settings import (
     BaseSettings,
@@ -33,10 +34,14 @@ from agent.timing.budget import default_budget_file
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 SYSTEM_PROMPT = (
-    "You are a helpful phone assistant. The caller's words come from speech recognition. "
-    "Respond with a short, natural spoken reply (one or two sentences) that adds something "
-    "new; do not echo what they said. Plain words only, no lists, markdown or emoji."
+    "You are {bot_name}, a friendly phone assistant. The caller's words come from speech "
+    "recognition. Respond with a short, natural spoken reply (one or two sentences) that adds "
+    "something new; do not echo what they said. You can talk and answer questions, but you "
+    "cannot book, order, send or look anything up: say so when asked. Plain words only, no "
+    "lists, markdown or emoji."
 )
+GREETING = "Hi, this is {bot_name}. How can I help you?"
+FALLBACK_LINE = "Sorry, I lost my train of thought. Could you say that again?"
 
 
 def _default_models_dir() -> Path:
@@ -141,13 +146,36 @@ class LLMSettings(BaseModel):
     threads: int = Field(2, ge=1)
     context_size: int = Field(2048, ge=256)
     max_tokens: int = Field(48, ge=1, description="spoken answers are short")
-    temperature: float = Field(0.2, ge=0)
-    seed: int | None = Field(
-        0, description="sampling seed of every request, so the same words get the same answer "
-        "(compute-paced replays repeat a call exactly); None: random"
+    max_sentences: int = Field(
+        2, ge=1, description="the answer stops at the end of this sentence (streamed, cut early)"
     )
+    temperature: float = Field(
+        0.0, ge=0, description="0: greedy decoding, the same answer to the same conversation"
+    )
+    seed: int | None = Field(
+        0,
+        description="sampling seed of every request, so the same words get the same answer "
+        "when sampling (temperature > 0, the editor's second try); None: random",
+    )
+    repeat_penalty: float = Field(
+        1.1,
+        gt=0,
+        description="llama.cpp repeat_penalty / vLLM repetition_penalty (1: off); sent to the "
+        "engines whose API has it (docs/conversation.md compares the penalties)",
+    )
+    presence_penalty: float = Field(0.0, ge=-2, le=2, description="OpenAI presence_penalty")
+    frequency_penalty: float = Field(0.0, ge=-2, le=2, description="OpenAI frequency_penalty")
     history_turns: int = Field(4, ge=0, description="user/assistant pairs kept in the prompt")
-    system_prompt: str = SYSTEM_PROMPT
+    bot_name: str = Field("Ava", description="the bot's name; {bot_name} in the texts below")
+    system_prompt: str = Field(
+        SYSTEM_PROMPT, description="static instructions, sent first and byte-identical every turn"
+    )
+    greeting: str = Field(
+        GREETING, description="spoken first when a live call starts (replay: --greeting); '' none"
+    )
+    fallback_line: str = Field(
+        FALLBACK_LINE, description="spoken when the engine fails or has nothing new to say"
+    )
     timeout_secs: float = Field(
         8.0, gt=0, description="an engine silent this long (first token or between tokens) failed"
     )
@@ -173,6 +201,15 @@ class LLMSettings(BaseModel):
     vllm_quantization: str | None = Field(
         None, description="engine=vllm on a GPU: --quantization (e.g. awq_marlin); None: auto"
     )
+
+    @model_validator(mode="after")
+    def _name_the_bot(self) -> LLMSettings:
+        """Put the bot's name in the persona texts once, so every request sends the same bytes."""
+        for name in ("system_prompt", "greeting", "fallback_line"):
+            text = getattr(self, name)
+            if "{bot_name}" in text:
+                object.__setattr__(self, name, text.replace("{bot_name}", self.bot_name))
+        return self
 
 
 class TTSSettings(BaseModel):

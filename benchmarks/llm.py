@@ -35,7 +35,7 @@ from pathlib import Path
 import httpx
 
 from agent import model_store
-from agent.llm.engines import ChatEngine, InProcessLlama, OpenAIChatEngine, Usage
+from agent.llm.engines import ChatEngine, InProcessLlama, OpenAIChatEngine, Sampling, Usage
 from agent.llm.llama_server import LlamaServer
 from agent.llm.prompt import prefix_after_trim, prompt_messages
 from agent.llm.vllm_server import VllmServer
@@ -63,7 +63,8 @@ STREAMING = "llama-inprocess (pre-warm, prefill while speaking)"
 async def one_turn(engine: ChatEngine, messages: list[dict], max_tokens: int) -> dict:
     start = time.perf_counter()
     first, text, usage, chunks = None, "", Usage(), 0
-    async for item in engine.stream(messages, max_tokens=max_tokens, temperature=0.2):
+    sampling = Sampling(temperature=0.2)
+    async for item in engine.stream(messages, max_tokens=max_tokens, sampling=sampling):
         if isinstance(item, Usage):
             usage = item
             continue
@@ -195,7 +196,8 @@ async def barge_in(
     ``engine_stopped`` observes it: what a barge-in leaves burning on the machine."""
     s = settings.llm
     messages = prompt_messages(s.system_prompt, [{"role": "user", "content": BARGE_IN_ASK}], 4)
-    stream = engine.stream(messages, max_tokens=BARGE_IN_MAX_TOKENS, temperature=0.7)
+    sampling = Sampling(temperature=0.7)
+    stream = engine.stream(messages, max_tokens=BARGE_IN_MAX_TOKENS, sampling=sampling)
     received = 0
     last_token = decided = None
     async for item in stream:

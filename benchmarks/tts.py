@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from agent import model_store
-from agent.llm.engines import InProcessLlama, Usage
+from agent.llm.engines import InProcessLlama, Sampling, Usage
 from agent.llm.prompt import prompt_messages
 from agent.settings import Settings
 from agent.synthesis.chunker import split_phrase
@@ -70,7 +70,8 @@ async def answer(
             job = loop.run_in_executor(pool, synthesize, spoken, first)
             phrases.append((spoken, released, job))
 
-    async for item in llm.stream(messages, max_tokens=s.max_tokens, temperature=0.2):
+    sampling = Sampling(temperature=0.2)
+    async for item in llm.stream(messages, max_tokens=s.max_tokens, sampling=sampling):
         if isinstance(item, Usage):
             continue
         first_token = first_token or time.perf_counter()

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from agent.clock import CallRecorder
-from agent.llm.engines import Usage
+from agent.llm.engines import GREEDY, Sampling, Usage
 from agent.timing.budget import Budget
 from agent.timing.summary import summarize
 from agent.timing.turn_timer import Turn
@@ -55,7 +55,7 @@ class ScriptedEngine:
         self.paused = False
 
     async def stream(
-        self, messages: list[dict[str, Any]], *, max_tokens: int, temperature: float
+        self, messages: list[dict[str, Any]], *, max_tokens: int, sampling: Sampling = GREEDY
     ) -> AsyncIterator[str | Usage]:
         if max_tokens > 1:
             self.requests.append(messages)

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
 import sys
@@ -62,7 +63,12 @@ def _collect(stream, lines: list[str]) -> None:
 
 @contextmanager
 def serving(calls_dir: Path, *flags: str, env: dict[str, str] | None = None) -> Iterator[Server]:
-    """Start the server, wait until it listens, stop it with SIGINT and check it exited 0."""
+    """Start the server, wait until it listens, stop it with SIGINT and check it exited 0.
+
+    The bot does not greet unless ``env`` sets ``VOICE_AGENT_LLM__GREETING``: the callers in
+    these tests speak at once, and a greeting would be barged in on.
+    """
+    env = {"VOICE_AGENT_LLM__GREETING": "", **(os.environ if env is None else env)}
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "agent.cli", "serve", "--port", str(port),

@@ -159,7 +159,8 @@ def models() -> AgentModels:
 def server(models, tmp_path_factory) -> Iterator[InProcessServer]:
     """The embedded llama.cpp server engine (restarted by the failover policy), long answers."""
     llm = {"engine": "llama-server", "system_prompt": LONG_ANSWERS, "max_tokens": 300,
-           "timeout_secs": 30, "keepalive_secs": 0, "speculate": False}  # fmt: skip
+           "max_sentences": 50, "timeout_secs": 30, "keepalive_secs": 0, "speculate": False,
+           "greeting": ""}  # fmt: skip
     settings = Settings(llm=llm)
     budget = load_budget(settings.budget_file)
     with llm_engine(settings) as engine:
@@ -176,7 +177,7 @@ def short(models, server, tmp_path_factory) -> Iterator[tuple[InProcessServer, D
     server.run(proxy.start())  # on the server's loop, which runs all along
     settings = Settings(llm={"engine": "openai", "base_url": f"http://127.0.0.1:{proxy.port}/v1",
                              "max_tokens": 16, "timeout_secs": 15.0, "keepalive_secs": 0,
-                             "speculate": False})  # fmt: skip
+                             "speculate": False, "greeting": ""})  # fmt: skip
     key = engine_of(server).server.api_key  # the proxy passes the request on as it is
     engine = OpenAIChatEngine(
         f"http://127.0.0.1:{proxy.port}/v1", "smollm2", settings.llm, api_key=key
@@ -188,6 +189,12 @@ def short(models, server, tmp_path_factory) -> Iterator[tuple[InProcessServer, D
     with serving_in_process(runtime, tmp_path_factory.mktemp("short-calls")) as running:
         yield running, proxy
     server.run(proxy.close())
+
+
+def answers_done(server: InProcessServer) -> int:
+    """How many answers of the one call in progress have ended (their usage is recorded)."""
+    (call,) = server.server.calls.values()
+    return sum(1 for turn in call._timer.turns if turn.llm) if call._timer else 0
 
 
 def engine_of(server: InProcessServer) -> FailoverEngine:
@@ -206,7 +213,9 @@ async def test_engine_killed_mid_answer_is_restarted_and_the_next_turn_is_answer
         os.kill(old_pid, signal.SIGKILL)  # mid-answer: 300 tokens take seconds here
         assert await phone.wait_quiet(1.5, 60)
         assert await ask(phone, question("new_home_in_the_stars.wav")) is not None
-        await asyncio.sleep(1.0)
+        # An answer's usage is recorded when it ends: hang up once the second one has (a
+        # loaded machine takes many seconds for a long answer, or to restart the server).
+        assert await wait_until(lambda: answers_done(server) >= 2, 180), "no second answer"
         assert await phone.hang_up(30)
     # The first and the last turn: a loaded machine may hear a question as two turns.
     records = turn_records(server.calls("phone")[-1])
@@ -241,7 +250,8 @@ async def test_caller_hanging_up_mid_answer_stops_decoding_and_frees_the_call(se
         before = set(server.server.calls)
         phone = PhoneCaller(server.url("/phone"))
         await phone.__aenter__()
-        await asyncio.sleep(0.5)
+        # the call is set up on a thread: slower than half a second on a loaded machine
+        assert await wait_until(lambda: len(set(server.server.calls) - before) == 1, 30)
         (call_id,) = set(server.server.calls) - before
         call = weakref.ref(server.server.calls[call_id])
         # Hang up while the engine is still decoding the answer (a short one may be over
@@ -334,7 +344,8 @@ async def test_slow_engine_gets_the_fallback_sentence_then_recovers(short):
         assert await phone.wait_quiet(1.0, 60)
         await asyncio.sleep(4.0)  # the held reply is let go: the next request has the engine
         assert await ask(phone, question("new_home_in_the_stars.wav")) is not None
-        assert await phone.wait_quiet(1.0, 60)
+        # Not on a pause in its audio: a loaded machine may decode slower than it is spoken.
+        assert await wait_until(lambda: answers_done(served) >= 2, 120), "no second answer"
         assert await phone.hang_up(30)
     records = turn_records(served.calls("phone")[-1])  # (the first and the last turn)
     first, second = records[0], records[-1]
@@ -361,18 +372,18 @@ async def test_a_dead_primary_fails_over_to_the_fallback_url(settings):
         messages = [{"role": "user", "content": "Tell me about the stars."}]
         got: list[str] = []
         with pytest.raises(RuntimeError, match="failing over to the fallback URL"):
-            async for item in engine.stream(messages, max_tokens=200, temperature=0):
+            async for item in engine.stream(messages, max_tokens=200):
                 if isinstance(item, str):
                     got.append(item)
                     if len(got) == 3:
                         os.kill(primary.pid, signal.SIGKILL)
         assert len(got) >= 3
         # The next answer comes whole from the fallback, without an error.
-        answer = [x async for x in engine.stream(messages, max_tokens=20, temperature=0)]
+        answer = [x async for x in engine.stream(messages, max_tokens=20)]
         assert [x for x in answer if isinstance(x, str)]
         # Later, the primary is tried again: still dead before the first token, so the
         # fallback answers that same turn.
         engine._primary_down_until = 0.0
-        answer = [x async for x in engine.stream(messages, max_tokens=20, temperature=0)]
+        answer = [x async for x in engine.stream(messages, max_tokens=20)]
         assert [x for x in answer if isinstance(x, str)]
         engine.close()

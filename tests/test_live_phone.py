@@ -120,7 +120,9 @@ async def test_call_answers_is_cut_off_by_the_caller_and_hangs_up(server, manife
 
         answer = await phone.wait_for("media", clear.at + 1.0, 40)
         assert answer is not None, "the interrupting turn got no answer"
-        assert await phone.wait_quiet(1.0, 40)
+        # Played out: a long clause after a short first sentence can leave more than a
+        # second between two phrases on a loaded machine.
+        assert await phone.wait_quiet(3.0, 40)
         assert await phone.hang_up(30), "the server did not close the call after stop"
 
     heard = phone.bot_audio()

@@ -109,6 +109,8 @@ class FakeSoundDevice:
 
 @pytest.fixture(scope="module")
 def runtime(settings):
+    # No greeting: the microphone speaks at once, and would barge in on it.
+    settings = settings.model_copy(update={"llm": settings.llm.model_copy(update={"greeting": ""})})
     models = AgentModels.load(settings)
     budget = load_budget(settings.budget_file, settings.budget_profile)
     with llm_engine(settings) as engine:

@@ -38,7 +38,7 @@ from agent.llm.context import UserTurnAggregator
 from agent.llm.engines import InProcessLlama, OpenAIChatEngine
 from agent.llm.llama_server import free_port
 from agent.llm.prompt import prompt_messages
-from agent.llm.service import FALLBACK, StreamingLLM
+from agent.llm.service import StreamingLLM
 from tests.fakes import ANSWER, ScriptedEngine
 
 
@@ -91,7 +91,8 @@ async def test_answer_streams_tokens_and_reports_cached_prefix(inprocess, settin
     usage = next(f for f in down if isinstance(f, LLMUsageFrame))
     assert texts and "".join(texts).strip()
     assert any(isinstance(f, TimelineEventFrame) and f.event == "llm_request" for f in down)
-    assert usage.error is None and usage.completion_tokens == len(texts)
+    # The answer editor may pass several held tokens on as one frame.
+    assert usage.error is None and usage.completion_tokens >= len(texts)
     # The static system prompt was prefilled at load: most of the prompt is a cache hit.
     assert usage.cached_tokens / usage.prompt_tokens >= 0.6
     assert isinstance(down[-1], LLMFullResponseEndFrame)
@@ -104,7 +105,7 @@ async def test_engine_down_speaks_a_fallback_and_records_the_error(settings):
     down, _ = await run_test(
         llm, frames_to_send=[LLMContextFrame(context=context("Hello?")), SleepFrame(sleep=2)]
     )
-    assert [f.text for f in down if isinstance(f, LLMTextFrame)] == [FALLBACK]
+    assert [f.text for f in down if isinstance(f, LLMTextFrame)] == [settings.llm.fallback_line]
     usage = next(f for f in down if isinstance(f, LLMUsageFrame))
     assert usage.error and "APIConnectionError" in usage.error
 
@@ -125,7 +126,9 @@ class InterruptAtFirstToken(FrameProcessor):
 
 
 async def test_interruption_stops_decoding_at_once(inprocess, settings):
-    long = settings.llm.model_copy(update={"keepalive_secs": 0, "max_tokens": 200})
+    long = settings.llm.model_copy(
+        update={"keepalive_secs": 0, "max_tokens": 200, "max_sentences": 50}
+    )
     llm = StreamingLLM(inprocess, long, CallClock())
     stopper = InterruptAtFirstToken()
     ask = context("Tell me a very long story about a dragon and a knight, in detail.")
@@ -140,11 +143,12 @@ async def test_interruption_stops_decoding_at_once(inprocess, settings):
     received = [f for f in down if isinstance(f, LLMTextFrame)]
     assert 0 < len(received) < long.max_tokens
     # The engine's own counter: prompt + what it decoded. Had decoding gone on after the
-    # interruption, it would be far past what reached the pipeline.
+    # interruption, it would be far past what reached the pipeline (the answer editor may
+    # still hold a sentence's tokens back: at most a sentence more than was received).
     formatted = inprocess._format(messages=prompt_messages(long.system_prompt, ask.messages, 4))
     prompt = inprocess.llm.tokenize(formatted.prompt.encode(), add_bos=False, special=True)
     decoded = inprocess.llm.n_tokens - len(prompt)
-    assert len(received) - 1 <= decoded <= len(received) + 2
+    assert len(received) - 1 <= decoded <= len(received) + 30 < long.max_tokens
 
 
 def test_history_is_trimmed_in_whole_pairs_and_steps():
@@ -325,7 +329,12 @@ async def test_decoding_pauses_while_the_first_phrase_is_synthesised(
     # a pause outlasts the phrase, so a token after it is the resume's, not the pause's limit
     monkeypatch.setattr(engines, "MAX_PAUSE_SECS", 2 * FirstPhraseSynthesis.BUSY_SECS)
     s = settings.llm.model_copy(
-        update={"keepalive_secs": 0, "max_tokens": 60, "pause_for_first_phrase": pause}
+        update={
+            "keepalive_secs": 0,
+            "max_tokens": 60,
+            "max_sentences": 50,
+            "pause_for_first_phrase": pause,
+        }  # fmt: skip
     )
     synthesis = FirstPhraseSynthesis()
     ask = context("Tell me a long story about a dragon and a knight.")
@@ -436,7 +445,7 @@ async def test_an_engine_failing_mid_answer_ends_it_with_the_fallback_and_the_er
         frames_to_send=[LLMContextFrame(context=context("Hello?")), SleepFrame(sleep=0.05)],
     )
     texts = [f.text for f in down if isinstance(f, LLMTextFrame)]
-    assert texts == [*ANSWER[:3], " " + FALLBACK]
+    assert texts == [*ANSWER[:3], " " + settings.llm.fallback_line]
     (usage,) = [f for f in down if isinstance(f, LLMUsageFrame)]
     assert usage.error == "llm (scripted): RuntimeError: injected engine fault"
     assert isinstance(down[-1], LLMFullResponseEndFrame)

@@ -60,8 +60,9 @@ async def answered(phone: PhoneCaller, samples: np.ndarray, timeout: float = 60)
 def served(tmp_path_factory) -> Iterator[InProcessServer]:
     # Long answers: enough bot audio to fill a deaf client's buffers.
     prompt = "Tell the caller a long, detailed story about what they said, in many sentences."
-    settings = Settings(llm={"max_tokens": 160, "keepalive_secs": 0, "timeout_secs": 60,
-                             "system_prompt": prompt})  # fmt: skip
+    settings = Settings(llm={"max_tokens": 160, "max_sentences": 50, "keepalive_secs": 0,
+                             "timeout_secs": 60, "system_prompt": prompt,
+                             "greeting": ""})  # fmt: skip
     models = AgentModels.load(settings)
     warnings: list[str] = []
     sink = logger.add(lambda m: warnings.append(str(m)), level="WARNING")

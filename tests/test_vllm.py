@@ -132,7 +132,7 @@ def engine(vllm, settings) -> OpenAIChatEngine:
 
 
 async def collect(engine: OpenAIChatEngine, messages: list[dict]) -> tuple[list[str], Usage]:
-    items = [x async for x in engine.stream(messages, max_tokens=32, temperature=0.0)]
+    items = [x async for x in engine.stream(messages, max_tokens=32)]
     usage = items[-1]
     assert isinstance(usage, Usage)
     return [x for x in items[:-1] if isinstance(x, str)], usage

@@ -254,7 +254,7 @@ class LiveCall:
         # audio of every other call in progress.
         pipeline = await asyncio.to_thread(
             build_pipeline, transport_in, transport_out, models=rt.models, engine=rt.engine,
-            settings=self.settings, clock=self.clock,
+            settings=self.settings, clock=self.clock, greeting=True,
         )  # fmt: skip
         self._timer = TurnTimer(self.clock, rt.budget)
         observer = CallObserver(self._timer, rt.budget, transport_out, self._emit,

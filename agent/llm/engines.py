@@ -30,6 +30,36 @@ class Usage:
     completion_tokens: int | None = None
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """The decoding options of one request, the same for every engine that has them.
+
+    Engines name the repetition penalty differently (llama.cpp ``repeat_penalty``, vLLM
+    ``repetition_penalty``) and a plain OpenAI server has none, so each engine maps it; the
+    rest are OpenAI request fields. Defaults are llama.cpp's neutral values, so an engine
+    whose server has other defaults (llama_cpp.server's repeat_penalty is 1.1) is told.
+    """
+
+    temperature: float = 0.0
+    seed: int | None = None
+    repeat_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+
+    @classmethod
+    def of(cls, settings: LLMSettings) -> Sampling:
+        return cls(
+            temperature=settings.temperature, seed=settings.seed,
+            repeat_penalty=settings.repeat_penalty, presence_penalty=settings.presence_penalty,
+            frequency_penalty=settings.frequency_penalty,
+        )  # fmt: skip
+
+
+GREEDY = Sampling()
+# The name an OpenAI-compatible server gives the repetition penalty (None: it has none).
+REPEAT_PENALTY_FIELD = {"llama-server": "repeat_penalty", "vllm": "repetition_penalty"}
+
+
 class ChatEngine(Protocol):
     """What the LLM stage needs from an engine."""
 
@@ -37,7 +67,7 @@ class ChatEngine(Protocol):
     needs_keepalive: bool  # an idle engine's pages may be swapped out: touch it now and then
 
     def stream(
-        self, messages: list[dict[str, Any]], *, max_tokens: int, temperature: float
+        self, messages: list[dict[str, Any]], *, max_tokens: int, sampling: Sampling = GREEDY
     ) -> AsyncIterator[str | Usage]: ...
 
     async def prefill(self, messages: list[dict[str, Any]]) -> None:
@@ -54,25 +84,36 @@ class OpenAIChatEngine:
     needs_keepalive = True
 
     def __init__(
-        self, base_url: str, model: str, settings: LLMSettings, *, api_key: str | None = None
+        self,
+        base_url: str,
+        model: str,
+        settings: LLMSettings,
+        *,
+        api_key: str | None = None,
+        server: str | None = None,
     ) -> None:
-        """``api_key``: the key of a server the agent started (default: ``llm.api_key``)."""
+        """``api_key``: the key of a server the agent started (default: ``llm.api_key``);
+        ``server``: "llama-server" or "vllm" when known, for the options only it has."""
         self.model = model
-        self._seed = settings.seed
+        self._repeat_field = REPEAT_PENALTY_FIELD.get(server or "")
         key = api_key if api_key is not None else settings.api_key.get_secret_value()
         self._client = openai.AsyncOpenAI(
             base_url=base_url, api_key=key, timeout=settings.timeout_secs, max_retries=0,
         )  # fmt: skip
 
     async def stream(
-        self, messages: list[dict[str, Any]], *, max_tokens: int, temperature: float
+        self, messages: list[dict[str, Any]], *, max_tokens: int, sampling: Sampling = GREEDY
     ) -> AsyncIterator[str | Usage]:
+        extra = {self._repeat_field: sampling.repeat_penalty} if self._repeat_field else None
         stream = await self._client.chat.completions.create(
             model=self.model,
             messages=messages,  # type: ignore[arg-type]
             max_tokens=max_tokens,
-            temperature=temperature,
-            **({"seed": self._seed} if self._seed is not None else {}),
+            temperature=sampling.temperature,
+            presence_penalty=sampling.presence_penalty,
+            frequency_penalty=sampling.frequency_penalty,
+            **({"seed": sampling.seed} if sampling.seed is not None else {}),
+            extra_body=extra,
             stream=True,
             stream_options={"include_usage": True},
         )
@@ -116,7 +157,6 @@ class InProcessLlama:
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
         self.model = gguf.stem
-        self._seed = settings.seed
         self.llm = Llama(
             model_path=str(gguf),
             n_ctx=settings.context_size,
@@ -142,7 +182,7 @@ class InProcessLlama:
             {"role": "system", "content": settings.system_prompt},
             {"role": "user", "content": "Hello."},
         ]
-        self._generate(warmup, 1, 0.0, lambda _: None, threading.Event())
+        self._generate(warmup, 1, GREEDY, lambda _: None, threading.Event())
 
     def _tokens(self, messages: list[dict[str, Any]], *, open_end: bool = False) -> list[int]:
         """The prompt's tokens; ``open_end``: cut right after the last message's text, so it
@@ -181,15 +221,18 @@ class InProcessLlama:
             self._decoding.set()
 
     def _generate(
-        self, messages: list[dict[str, Any]], max_tokens: int, temperature: float,
+        self, messages: list[dict[str, Any]], max_tokens: int, sampling: Sampling,
         emit: Any, stop: threading.Event,
     ) -> Usage:  # fmt: skip
         tokens = self._tokens(messages)
         cached = self._cached(tokens)
+        emit(Usage(len(tokens), cached))  # known now: an answer cut short still reports it
         produced = 0
         for chunk in self.llm.create_completion(
-            tokens, max_tokens=max_tokens, temperature=temperature, stream=True, seed=self._seed,
-            stop=self._stop,
+            tokens, max_tokens=max_tokens, temperature=sampling.temperature,
+            seed=sampling.seed, repeat_penalty=sampling.repeat_penalty,
+            presence_penalty=sampling.presence_penalty,
+            frequency_penalty=sampling.frequency_penalty, stream=True, stop=self._stop,
         ):  # fmt: skip
             if stop.is_set():
                 break
@@ -201,23 +244,23 @@ class InProcessLlama:
         return Usage(len(tokens), cached, produced)
 
     async def stream(
-        self, messages: list[dict[str, Any]], *, max_tokens: int, temperature: float
+        self, messages: list[dict[str, Any]], *, max_tokens: int, sampling: Sampling = GREEDY
     ) -> AsyncIterator[str | Usage]:
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[str | None] = asyncio.Queue()
+        queue: asyncio.Queue[str | Usage | None] = asyncio.Queue()
         stop = threading.Event()
 
-        def emit(text: str) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, text)
+        def emit(item: str | Usage) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
 
         job = loop.run_in_executor(
-            self._executor, self._generate, messages, max_tokens, temperature, emit, stop
+            self._executor, self._generate, messages, max_tokens, sampling, emit, stop
         )
         job.add_done_callback(lambda _: queue.put_nowait(None))
         try:
-            while (text := await queue.get()) is not None:
-                if text:
-                    yield text
+            while (item := await queue.get()) is not None:
+                if item:
+                    yield item
             yield await job
         finally:
             stop.set()

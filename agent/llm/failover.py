@@ -25,7 +25,7 @@ from typing import Any
 
 from loguru import logger
 
-from agent.llm.engines import ChatEngine, OpenAIChatEngine, Usage
+from agent.llm.engines import GREEDY, ChatEngine, OpenAIChatEngine, Sampling, Usage
 from agent.llm.llama_server import LlamaServer
 from agent.settings import LLMSettings
 
@@ -118,14 +118,12 @@ class FailoverEngine:
     # -- ChatEngine -----------------------------------------------------------------------------
 
     async def stream(
-        self, messages: list[dict[str, Any]], *, max_tokens: int, temperature: float
+        self, messages: list[dict[str, Any]], *, max_tokens: int, sampling: Sampling = GREEDY
     ) -> AsyncIterator[str | Usage]:
         engine, on_fallback = await self._pick()
         started = False
         try:
-            async for item in engine.stream(
-                messages, max_tokens=max_tokens, temperature=temperature
-            ):
+            async for item in engine.stream(messages, max_tokens=max_tokens, sampling=sampling):
                 started = started or isinstance(item, str)
                 yield item
             return
@@ -137,9 +135,7 @@ class FailoverEngine:
                 raise EngineFailure(f"{describe(exc)}; {action}") from exc
         # Nothing was said yet: the fallback answers this very turn.
         assert self.fallback is not None
-        async for item in self.fallback.stream(
-            messages, max_tokens=max_tokens, temperature=temperature
-        ):
+        async for item in self.fallback.stream(messages, max_tokens=max_tokens, sampling=sampling):
             yield item
 
     async def prefill(self, messages: list[dict[str, Any]]) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
+from dataclasses import replace
 
 import openai
 from pipecat.frames.frames import (
@@ -52,21 +53,30 @@ from agent.frames import (
     StopAnswerFrame,
     TimelineEventFrame,
 )
-from agent.llm.engines import ChatEngine, Usage
+from agent.llm.answer import AnswerEditor, Verdict
+from agent.llm.engines import ChatEngine, Sampling, Usage
 from agent.llm.prompt import prefix_after_trim, prompt_messages
 from agent.settings import LLMSettings
 
-FALLBACK = "Sorry, I lost my train of thought. Could you say that again?"
 ENGINE_ERRORS = (openai.OpenAIError, TimeoutError, RuntimeError, ValueError, OSError)
+# Added to the caller's words when an answer had nothing new to say: greedy decoding would
+# give the same sentence again, so the second try also samples (seeded: reproducible).
+RETRY_NOTE = " Please answer in new words, without repeating what either of us said."
+RETRY_TEMPERATURE = 0.7
 
 
 class StreamingLLM(FrameProcessor):
     """User turns in (LLMContextFrame), token stream out (LLMTextFrame)."""
 
-    def __init__(self, engine: ChatEngine, settings: LLMSettings, clock: CallClock) -> None:
+    def __init__(
+        self, engine: ChatEngine, settings: LLMSettings, clock: CallClock, *, greet: bool = False
+    ) -> None:
+        """``greet``: speak ``settings.greeting`` when the call starts."""
         super().__init__()
         self._engine = engine
         self._settings = settings
+        self._sampling = Sampling.of(settings)
+        self._greeting = settings.greeting.strip() if greet else ""
         self._clock = clock
         self._task: asyncio.Task | None = None
         self._keepalive: asyncio.Task | None = None
@@ -86,8 +96,7 @@ class StreamingLLM(FrameProcessor):
             return
         if isinstance(frame, PartialTurnFrame):
             if self._settings.prefill_while_speaking and self._task is None:
-                s = self._settings
-                self._partial = prompt_messages(s.system_prompt, frame.messages, s.history_turns)
+                self._partial = self._prompt(frame.messages)
                 if self._prefilling is None:
                     self._prefilling = self.create_task(self._prefill_partial())
             return
@@ -125,6 +134,19 @@ class StreamingLLM(FrameProcessor):
                     await self.cancel_task(task)
             self._keepalive = self._prefilling = None
         await self.push_frame(frame, direction)
+        if isinstance(frame, StartFrame) and self._greeting:
+            await self._speak(self._greeting)
+
+    async def _speak(self, text: str) -> None:
+        """A set line, spoken as an answer is: synthesis, the transcript and the context
+        treat it alike on every transport."""
+        for frame in (LLMFullResponseStartFrame(), LLMTextFrame(text=text),
+                      LLMFullResponseEndFrame()):  # fmt: skip
+            await self.push_frame(frame)
+
+    def _prompt(self, history: list[dict]) -> list[dict]:
+        s = self._settings
+        return prompt_messages(s.system_prompt, history, s.history_turns, [s.fallback_line])
 
     async def _cancel(self) -> bool:
         """Stop the answer in progress, if any; True when there was one."""
@@ -184,7 +206,7 @@ class StreamingLLM(FrameProcessor):
             {"role": "user", "content": "Hello."},
         ]
         try:
-            async for _ in self._engine.stream(messages, max_tokens=1, temperature=0):
+            async for _ in self._engine.stream(messages, max_tokens=1):
                 pass
         except ENGINE_ERRORS:
             pass
@@ -208,33 +230,37 @@ class StreamingLLM(FrameProcessor):
             self._task = None
 
     async def _stream_answer(self, history: list[dict], speculative: bool) -> str | None:
-        """Stream one answer downstream; returns its text, or None when the engine failed."""
+        """Stream one answer downstream; returns what it said, or None when the engine failed.
+
+        Tokens pass through an ``AnswerEditor`` on their way out: the answer ends at its
+        last allowed sentence, and a first sentence already said in this call (or the
+        caller's own words) is asked again once with a note, then left unsaid.
+        """
         s = self._settings
-        messages = prompt_messages(s.system_prompt, history, s.history_turns)
+        messages = self._prompt(history)
+        said = [str(m.get("content") or "") for m in history if m.get("role") == "assistant"]
+        editor = AnswerEditor(said, str(history[-1].get("content") or ""), s.max_sentences)
         await self._emit(LLMFullResponseStartFrame())
         await self._emit(TimelineEventFrame(event="llm_request", at_ms=self._clock.now_ms()))
         self._last_request = self._clock.now_ms() / 1000
         arrivals: list[float] = []
-        parts: list[str] = []
         usage, error = Usage(), None
         try:
-            async with asyncio.timeout(s.timeout_secs) as stall:
-                async for item in self._engine.stream(
-                    messages, max_tokens=s.max_tokens, temperature=s.temperature
-                ):
-                    if isinstance(item, Usage):
-                        usage = item
-                        continue
-                    if not arrivals:  # when it arrived, not when a held answer is released
-                        at_ms = self._clock.now_ms()
-                        await self._emit(TimelineEventFrame(event="llm_first_token", at_ms=at_ms))
-                    arrivals.append(time.monotonic())
-                    parts.append(item)
-                    stall.reschedule(asyncio.get_running_loop().time() + s.timeout_secs)
-                    await self._emit(LLMTextFrame(text=item))
+            verdict, usage = await self._stream_edited(messages, editor, arrivals)
+            if verdict is Verdict.REGENERATE:
+                last = messages[-1]
+                retry = [*messages[:-1], {**last, "content": last["content"] + RETRY_NOTE}]
+                editor.restart()
+                sampling = replace(
+                    self._sampling, temperature=max(RETRY_TEMPERATURE, s.temperature)
+                )
+                verdict, usage = await self._stream_edited(retry, editor, arrivals, sampling)
+            if not editor.text.strip():  # nothing new to say
+                await self._emit(LLMTextFrame(text=s.fallback_line))
         except ENGINE_ERRORS as exc:
             error = f"llm ({self._engine.name}): {type(exc).__name__}: {str(exc)[:200]}"
-            await self._emit(LLMTextFrame(text=(" " if parts else "") + FALLBACK))
+            spoken = editor.text
+            await self._emit(LLMTextFrame(text=(" " if spoken else "") + s.fallback_line))
         finally:
             self._last_request = self._clock.now_ms() / 1000
         gaps = [1000 * (b - a) for a, b in zip(arrivals, arrivals[1:], strict=False)]
@@ -249,7 +275,40 @@ class StreamingLLM(FrameProcessor):
             )
         )
         await self._emit(LLMFullResponseEndFrame())
-        return None if error else "".join(parts)
+        return None if error else editor.text
+
+    async def _stream_edited(
+        self,
+        messages: list[dict],
+        editor: AnswerEditor,
+        arrivals: list[float],
+        sampling: Sampling | None = None,
+    ) -> tuple[Verdict, Usage]:
+        """One engine stream through the editor, until the editor ends it or the model does
+        (leaving the ``async for`` closes the stream: decoding stops there)."""
+        s = self._settings
+        usage = Usage()
+        async with asyncio.timeout(s.timeout_secs) as stall:
+            async for item in self._engine.stream(
+                messages, max_tokens=s.max_tokens, sampling=sampling or self._sampling
+            ):
+                if isinstance(item, Usage):
+                    usage = item
+                    continue
+                if not arrivals:  # when it arrived, not when a held answer is released
+                    at_ms = self._clock.now_ms()
+                    await self._emit(TimelineEventFrame(event="llm_first_token", at_ms=at_ms))
+                arrivals.append(time.monotonic())
+                stall.reschedule(asyncio.get_running_loop().time() + s.timeout_secs)
+                edit = editor.feed(item)
+                if edit.text:
+                    await self._emit(LLMTextFrame(text=edit.text))
+                if edit.verdict is not Verdict.GO:
+                    return edit.verdict, usage
+        edit = editor.finish()
+        if edit.text:
+            await self._emit(LLMTextFrame(text=edit.text))
+        return edit.verdict, usage
 
     async def _prefill_after_trim(self, history: list[dict], answer: str) -> None:
         """When the next turn will drop old history, prefill its new prefix now.
@@ -259,6 +318,8 @@ class StreamingLLM(FrameProcessor):
         next turn finds it cached. A new turn cancels this at once.
         """
         s = self._settings
-        upcoming = prefix_after_trim(s.system_prompt, history, answer, s.history_turns)
+        upcoming = prefix_after_trim(
+            s.system_prompt, history, answer, s.history_turns, [s.fallback_line]
+        )
         if upcoming is not None:
             await self._complete_quietly(upcoming)

@@ -24,19 +24,16 @@ from pipecat.frames.frames import (
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from agent.frames import FirstPhraseAheadFrame, HeldAnswerTextFrame, PhraseFrame
+from agent.sentences import sentence_end
 from agent.synthesis.speakable import speakable
 
-SENTENCE_END = re.compile(r"[.!?]+[\"')\]]*(?=\s)")
 CLAUSE_END = re.compile(r"[,;:\u2014]+(?=\s)|\s[-\u2013]\s")
-# Abbreviations whose dot does not end a sentence.
-NOT_AN_END = re.compile(r"\b(?:Dr|Mr|Mrs|Ms|St|vs|etc|e\.g|i\.e|approx)\.$", re.I)
 
 
 def split_phrase(buffer: str, first: bool, first_min_words: int, min_words: int) -> int | None:
     """Where the next phrase ends in ``buffer`` (an index), or None to wait for more text."""
-    for m in SENTENCE_END.finditer(buffer):
-        if not NOT_AN_END.search(buffer[: m.end()]) and not _inside_number(buffer, m.start()):
-            return m.end()
+    if (end := sentence_end(buffer)) is not None:
+        return end
     words_needed = first_min_words if first else min_words
     for m in CLAUSE_END.finditer(buffer):
         if first or len(buffer[: m.start()].split()) >= words_needed:
@@ -53,9 +50,6 @@ def spoken_phrase(text: str) -> str | None:
     spoken = speakable(text)
     return spoken if any(ch.isalnum() for ch in spoken) else None
 
-
-def _inside_number(buffer: str, i: int) -> bool:
-    return 0 < i < len(buffer) - 1 and buffer[i - 1].isdigit() and buffer[i + 1].isdigit()
 
 
 class PhraseChunker(FrameProcessor):

@@ -68,9 +68,12 @@ class ReplayInput(FrameProcessor):
         rate: int,
         answer_timeout_secs: float = 30.0,
         settle_secs: float = 0.5,
+        after_greeting: bool = False,
     ) -> None:
+        """``after_greeting``: the bot speaks first; the first turn waits until it is done."""
         super().__init__()
         self._turns = turns
+        self._after_greeting = after_greeting
         self._clock = clock
         self._recorder = recorder
         self._rate = rate
@@ -151,6 +154,8 @@ class ReplayInput(FrameProcessor):
     async def _play_all(self) -> None:
         self._next_ms = self._clock.now_ms()
         await self._push_silence(self._settle_secs)
+        if self._after_greeting:
+            await self._wait_for_answer()
         for turn in self._turns:
             await self._play_turn(turn)
             await self._wait_for_answer()

@@ -1,0 +1,254 @@
+"""The conversation set: scripted calls through the LLM stage, text in, spoken text out.
+
+Each caller turn goes in as a final transcript (``TranscriptionFrame``) and comes out as the
+phrases the chunker hands to synthesis, through the same processors as in a call
+(``UserTurnAggregator -> StreamingLLM -> PhraseChunker``), with the spoken phrases fed back
+into the context as the output transport would (``SpokenTextAggregator``). So what is judged
+is what a caller would hear, after the answer editor, the sentence stop and the history
+filter. Tests and ``benchmarks.conversation`` both run it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pipecat.frames.frames import (
+    EndWorkerFrame,
+    Frame,
+    LLMFullResponseEndFrame,
+    StartFrame,
+    TranscriptionFrame,
+    TTSTextFrame,
+)
+from pipecat.pipeline.pipeline import Pipeline
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+
+from agent.clock import CallClock
+from agent.frames import LLMUsageFrame, PhraseFrame, TimelineEventFrame
+from agent.llm.answer import has_loop, is_echo, normalise, repeats, sentences
+from agent.llm.context import SpokenTextAggregator, UserTurnAggregator
+from agent.llm.engines import ChatEngine
+from agent.llm.service import StreamingLLM
+from agent.pipeline import run_pipeline
+from agent.settings import LLMSettings
+from agent.synthesis.chunker import PhraseChunker
+
+CONVERSATIONS = Path(__file__).resolve().parents[1] / "tests" / "data" / "conversations.yaml"
+ANSWER_TIMEOUT_SECS = 60.0
+CALL_START_SECS = 1.0  # no caller speaks sooner after the call starts
+
+
+@dataclass
+class Turn:
+    """One caller turn and what a good answer must and must not contain."""
+
+    user: str
+    must: list[list[str]] = field(default_factory=list)
+    must_not: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Conversation:
+    name: str
+    turns: list[Turn]
+
+
+def load_conversations(path: Path = CONVERSATIONS) -> list[Conversation]:
+    data = yaml.safe_load(path.read_text())
+    return [
+        Conversation(
+            name=c["name"],
+            turns=[
+                Turn(
+                    user=t["user"],
+                    must=[[str(a) for a in group] for group in t.get("must") or []],
+                    must_not=[str(x) for x in t.get("must_not") or []],
+                )
+                for t in c["turns"]
+            ],
+        )
+        for c in data["conversations"]
+    ]
+
+
+def _says(answer: str, phrase: str) -> bool:
+    """``phrase`` in ``answer`` as whole words, any case; digits also with spaces removed."""
+    words, wanted = normalise(answer), normalise(phrase)
+    if not wanted:
+        return False
+    if re.search(rf"\b{re.escape(wanted)}\b", words):
+        return True
+    joined = re.sub(r"(?<=\d) (?=\d)", "", words)  # "3 5 8" -> "358"
+    return bool(re.search(rf"\b{re.escape(wanted)}\b", joined))
+
+
+def check(turn: Turn, answer: str, bot_name: str) -> list[str]:
+    """What the answer misses: one line per failed must group or present must-not phrase."""
+    named = [[a.replace("{bot_name}", bot_name) for a in group] for group in turn.must]
+    misses = [f"none of {group}" for group in named if not any(_says(answer, a) for a in group)]
+    return misses + [f"says {x!r}" for x in turn.must_not if _says(answer, x)]
+
+
+@dataclass
+class TurnResult:
+    conversation: str
+    turn: int
+    user: str
+    answer: str
+    misses: list[str]
+    repeated: bool  # says a sentence an earlier answer of the call said
+    loop: bool  # a phrase repeated inside the answer
+    echo: bool  # repeats the caller's words
+    sentences: int
+    words: int
+    ttft_ms: float | None  # llm_request -> first token
+    first_phrase_ms: float | None  # llm_request -> first phrase to synthesis (2 words)
+    completion_tokens: int | None
+    itl_ms: float | None
+    error: str | None
+
+    @property
+    def passed(self) -> bool:
+        return not self.misses
+
+
+class _Caller(FrameProcessor):
+    """Says each turn as a final transcript once the previous answer has been spoken."""
+
+    def __init__(self, turns: list[str], answered: asyncio.Event) -> None:
+        super().__init__()
+        self._turns = turns
+        self._answered = answered
+        self._task: asyncio.Task | None = None
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        await self.push_frame(frame, direction)
+        if isinstance(frame, StartFrame):
+            self._task = self.create_task(self._talk())
+
+    async def _talk(self) -> None:
+        await asyncio.sleep(CALL_START_SECS)  # the stage warms its engine as a call starts
+        try:
+            for text in self._turns:
+                self._answered.clear()
+                await self.push_frame(TranscriptionFrame(text=text, user_id="caller", timestamp=""))
+                await asyncio.wait_for(self._answered.wait(), ANSWER_TIMEOUT_SECS)
+        except TimeoutError:
+            pass  # no answer: the caller hangs up, the turns left count as unanswered
+        await self.push_frame(EndWorkerFrame(), FrameDirection.UPSTREAM)
+
+
+class _Listener(FrameProcessor):
+    """Stands where synthesis and the output are: every phrase counts as spoken at once."""
+
+    def __init__(self, clock: CallClock, answered: asyncio.Event) -> None:
+        super().__init__()
+        self._clock = clock
+        self._answered = answered
+        self.answers: list[dict[str, Any]] = []
+        self._current: dict[str, Any] = {}
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        if isinstance(frame, TimelineEventFrame) and frame.event == "llm_request":
+            self._current = {"request": frame.at_ms, "phrases": []}
+        elif isinstance(frame, TimelineEventFrame) and frame.event == "llm_first_token":
+            self._current["first_token"] = frame.at_ms
+        elif isinstance(frame, PhraseFrame):
+            self._current.setdefault("first_phrase", self._clock.now_ms())
+            self._current.setdefault("phrases", []).append(frame.text)
+            await self.push_frame(TTSTextFrame(text=frame.text, text_type="sentence"))
+            return
+        elif isinstance(frame, LLMUsageFrame):
+            self._current["usage"] = frame
+        await self.push_frame(frame, direction)
+        if isinstance(frame, LLMFullResponseEndFrame) and self._current.get("request"):
+            self.answers.append(self._current)
+            self._current = {}
+            self._answered.set()
+
+
+async def talk(
+    conversation: Conversation, engine: ChatEngine, settings: LLMSettings
+) -> list[TurnResult]:
+    """One scripted call through the LLM stage; one result per caller turn."""
+    clock = CallClock()
+    context = LLMContext()
+    answered = asyncio.Event()
+    listener = _Listener(clock, answered)
+    pipeline = Pipeline(
+        [
+            _Caller([t.user for t in conversation.turns], answered),
+            UserTurnAggregator(context),
+            StreamingLLM(engine, settings.model_copy(update={"keepalive_secs": 0}), clock),
+            PhraseChunker(first_min_words=2, min_words=6),
+            listener,
+            SpokenTextAggregator(context),
+        ]
+    )
+    await run_pipeline(pipeline, rate=16000)
+    results: list[TurnResult] = []
+    unanswered = {"phrases": [], "error": "no answer"}
+    answers = listener.answers + [unanswered] * (len(conversation.turns) - len(listener.answers))
+    for i, (turn, got) in enumerate(zip(conversation.turns, answers, strict=True), 1):
+        answer = " ".join(got["phrases"])
+        usage: LLMUsageFrame | None = got.get("usage")
+        earlier = [r.answer for r in results]
+
+        def since_request(key: str, got: dict = got) -> float | None:
+            return round(got[key] - got["request"], 1) if key in got else None
+
+        results.append(
+            TurnResult(
+                conversation=conversation.name, turn=i, user=turn.user, answer=answer,
+                misses=check(turn, answer, settings.bot_name),
+                repeated=repeats(answer, earlier), loop=has_loop(answer),
+                echo=is_echo(answer, turn.user), sentences=len(sentences(answer)),
+                words=len(normalise(answer).split()),
+                ttft_ms=since_request("first_token"), first_phrase_ms=since_request("first_phrase"),
+                completion_tokens=usage.completion_tokens if usage else None,
+                itl_ms=usage.itl_ms if usage else None,
+                error=usage.error if usage else got.get("error"),
+            )
+        )  # fmt: skip
+    return results
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))], 1)
+
+
+def summarise(results: list[TurnResult]) -> dict[str, Any]:
+    """The benchmark's figures over a run's turns."""
+    ttft = [r.ttft_ms for r in results if r.ttft_ms is not None]
+    phrase = [r.first_phrase_ms for r in results if r.first_phrase_ms is not None]
+    itl = [r.itl_ms for r in results if r.itl_ms]
+    return {
+        "turns": len(results),
+        "checks_met": sum(r.passed for r in results),
+        "checks_met_share": round(sum(r.passed for r in results) / len(results), 3),
+        "repeated_answers": sum(r.repeated for r in results),
+        "loops": sum(r.loop for r in results),
+        "echoes": sum(r.echo for r in results),
+        "over_two_sentences": sum(r.sentences > 2 for r in results),
+        "errors": sum(bool(r.error) for r in results),
+        "words_per_answer": round(statistics.mean(r.words for r in results), 1),
+        "ttft_ms": {"p50": _pct(ttft, 0.5), "p95": _pct(ttft, 0.95)},
+        "first_phrase_ms": {"p50": _pct(phrase, 0.5), "p95": _pct(phrase, 0.95)},
+        "tokens_per_s": round(1000 / statistics.median(itl), 1) if itl else None,
+    }
+
+
+def as_dicts(results: list[TurnResult]) -> list[dict[str, Any]]:
+    return [asdict(r) | {"passed": r.passed} for r in results]

@@ -1,0 +1,313 @@
+"""What the LLM stage lets through: the sentence stop, no sentence said twice, no echo, no loop,
+a history without degenerate answers, the same decoding options on every request, the persona
+and the greeting. A scripted engine stands in for the model, so each rule is seen alone; the
+real models go through the conversation set in test_conversation.py."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import AsyncIterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from pipecat.frames.frames import (
+    LLMContextFrame,
+    LLMFullResponseEndFrame,
+    LLMFullResponseStartFrame,
+    LLMTextFrame,
+)
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.tests.utils import SleepFrame, run_test
+
+from agent.clock import CallClock
+from agent.llm.answer import AnswerEditor, Verdict, has_loop, is_echo, repeats
+from agent.llm.engines import OpenAIChatEngine, Sampling, Usage
+from agent.llm.prompt import prompt_messages
+from agent.llm.service import RETRY_NOTE, StreamingLLM
+from agent.settings import LLMSettings, load_settings
+
+
+class ScriptedEngine:
+    """Streams the next scripted answer word by word; records each request and how many
+    tokens the stage took before it closed the stream."""
+
+    name = "scripted"
+    needs_keepalive = False
+
+    def __init__(self, *answers: str) -> None:
+        self.answers = list(answers)
+        self.requests: list[dict[str, Any]] = []
+        self.taken: list[int] = []
+
+    async def stream(
+        self, messages: list[dict[str, Any]], *, max_tokens: int, sampling: Sampling
+    ) -> AsyncIterator[str | Usage]:
+        self.requests.append({"messages": messages, "sampling": sampling})
+        self.taken.append(0)
+        text = self.answers.pop(0) if self.answers else ""
+        tokens = [w if i == 0 else " " + w for i, w in enumerate(text.split(" "))]
+        for token in tokens[:max_tokens]:
+            self.taken[-1] += 1
+            yield token
+        yield Usage(10, 5, len(tokens))
+
+    async def prefill(self, messages: list[dict[str, Any]]) -> None:
+        pass
+
+    def pause_decoding(self, paused: bool) -> None:
+        pass
+
+
+SETTINGS = LLMSettings(keepalive_secs=0)
+
+
+def history(*pairs: str) -> list[dict]:
+    """user, assistant, user, ... messages."""
+    roles = ["user", "assistant"]
+    return [{"role": roles[i % 2], "content": text} for i, text in enumerate(pairs)]
+
+
+async def spoken(engine: ScriptedEngine, messages: list[dict], **settings: Any) -> str:
+    llm = StreamingLLM(engine, SETTINGS.model_copy(update=settings), CallClock())
+    down, _ = await run_test(
+        llm,
+        frames_to_send=[LLMContextFrame(context=LLMContext(messages=messages)), SleepFrame(0.3)],
+    )
+    assert isinstance(down[-1], LLMFullResponseEndFrame)
+    return "".join(f.text for f in down if isinstance(f, LLMTextFrame))
+
+
+async def test_the_answer_ends_with_its_second_sentence_and_decoding_stops_there():
+    engine = ScriptedEngine(
+        "Paris is the capital of France. It lies on the Seine. It has the Eiffel Tower. "
+        "Many people visit it every year and walk along the river for hours."
+    )
+    said = await spoken(engine, history("Tell me about Paris."))
+    assert said == "Paris is the capital of France. It lies on the Seine."
+    # The stream was closed one token into the third sentence, not read to its end.
+    assert engine.taken == [12]
+
+
+async def test_max_sentences_is_a_setting():
+    engine = ScriptedEngine("One. Two. Three.")
+    assert await spoken(engine, history("Count."), max_sentences=1) == "One."
+
+
+async def test_a_sentence_said_before_is_left_out_and_the_answer_goes_on():
+    engine = ScriptedEngine("I'm glad to see you again. How can I help? Just ask.")
+    messages = history("Hello.", "I'm glad to see you again.", "Hi again.")
+    assert await spoken(engine, messages) == " How can I help? Just ask."
+    assert len(engine.requests) == 1
+
+
+async def test_an_answer_with_nothing_new_is_asked_again_and_never_spoken():
+    engine = ScriptedEngine("I'm glad to see you again.", "The weather is fine today.")
+    messages = history("Hello.", "I'm glad to see you again.", "What's the weather like?")
+    said = await spoken(engine, messages)
+    assert said == "The weather is fine today."
+    first, second = (r["messages"] for r in engine.requests)
+    assert second[:-1] == first[:-1]  # the cached prefix holds: only the last message changed
+    assert second[-1]["content"] == first[-1]["content"] + RETRY_NOTE
+
+
+async def test_a_later_sentence_said_before_is_left_out():
+    engine = ScriptedEngine("Sure thing. The capital of France is Paris. Anything else?")
+    messages = history("Capital of France?", "The capital of France is Paris.", "Say it again?")
+    assert await spoken(engine, messages) == "Sure thing. Anything else?"
+
+
+async def test_an_echo_of_the_caller_is_not_spoken():
+    engine = ScriptedEngine(
+        "We must find a new home in the stars.", "That sounds like a big adventure."
+    )
+    said = await spoken(engine, history("We must find a new home in the stars."))
+    assert said == "That sounds like a big adventure."
+    engine = ScriptedEngine("And so my fellow Americans, we must go. Good luck to you.")
+    assert await spoken(engine, history("And so my fellow Americans,")) == " Good luck to you."
+    engine = ScriptedEngine("Hi there! How are you today? I'm fine.")
+    assert await spoken(engine, history("Hi there, how are you today?")) == "Hi there! I'm fine."
+
+
+async def test_a_repeat_on_both_tries_speaks_the_fallback_line():
+    engine = ScriptedEngine("Hello there.", "Hello there.")
+    said = await spoken(engine, history("Hi.", "Hello there.", "Hi again."))
+    assert said == SETTINGS.fallback_line
+
+
+async def test_a_phrase_looping_inside_the_answer_is_cut():
+    engine = ScriptedEngine("L'Alma, la France, la France, la France, la France, la France.")
+    said = await spoken(engine, history("What is the capital of France?"))
+    assert said and not has_loop(said)
+    assert engine.taken[0] < 8
+
+
+async def test_answers_that_diverge_at_once_are_not_held_back():
+    """Only a sentence that could still become one said before is held: others stream."""
+    editor = AnswerEditor(["I'm glad to see you again."], "How are you?", 2)
+    assert editor.feed("I").text == ""  # could become the earlier sentence
+    assert editor.feed("'m").text == ""
+    assert editor.feed(" fine").text == "I'm fine"  # it diverged: out at once
+    assert editor.feed(",").text == ","
+    editor = AnswerEditor(["I'm glad to see you again."], "How are you?", 2)
+    for token in ["I", "'m", " glad", " to", " see", " you", " again", "."]:
+        assert editor.feed(token).text == ""
+    assert editor.finish().verdict is Verdict.REGENERATE  # dropped, and nothing else came
+    editor.restart()
+    assert editor.feed("Hello").text == "Hello"  # a new stream: diverges at once
+
+
+def test_the_history_drops_degenerate_answers_and_keeps_what_the_caller_said():
+    fallback = SETTINGS.fallback_line
+    full = history(
+        "Hi, I'm Maria.", "I'm glad to see you again.",
+        "What part of the United States is your home?", "I'm glad to see you again.",
+        "Tell me a joke.", "la France, la France, la France.",
+        "Hello?", fallback,
+        "What's my name?",
+    )  # fmt: skip
+    messages = prompt_messages("S", full, 10, [fallback])
+    assert [m["content"] for m in messages] == [
+        "S", "Hi, I'm Maria.", "I'm glad to see you again.",
+        "What part of the United States is your home?", "Tell me a joke.", "Hello?",
+        "What's my name?",
+    ]  # fmt: skip
+    # Dropping depends only on what came before: the next turn's prompt extends this one.
+    more = [{"role": "assistant", "content": "Your name is Maria."},
+            {"role": "user", "content": "Thanks."}]  # fmt: skip
+    later = prompt_messages("S", [*full, *more], 10, [fallback])
+    assert later[: len(messages)] == messages
+
+
+def test_history_trimming_counts_exchanges_when_answers_were_dropped():
+    full = history("u0", "same answer.", "u1", "same answer.", "u2", "a2.", "u3", "a3.", "u4")
+    messages = prompt_messages("S", full, 2)
+    assert [m["content"] for m in messages] == ["S", "u2", "a2.", "u3", "a3.", "u4"]
+
+
+def test_what_counts_as_a_repeat_a_loop_and_an_echo():
+    assert repeats("I'm glad to see you again!", ["Hi. I'm glad to see you again."])
+    assert repeats("Well, I am so glad to see you again today.",
+                   ["I am so glad to see you again today."])  # fmt: skip
+    assert not repeats("The capital of France is Paris.", ["Paris is lovely in spring."])
+    assert has_loop("L'Alma, la France, la France.")
+    assert has_loop("I can help you with that and I can help you with that too")
+    assert not has_loop("The capital of France is Paris. It is a big city.")
+    assert is_echo("We must find a new home in the stars.", "We must find a new home in the stars.")
+    jfk = "ask not what your country can do for you, ask what you can do for your country."
+    assert is_echo("You said: ask not what your country can do for you.", jfk)
+    assert not is_echo("Paris is the capital.", "What is the capital of France?")
+    assert not is_echo("Got it, your booking number is 3 5 8.", "My booking number is 3 5 8.")
+
+
+async def test_every_request_sends_the_configured_decoding_options():
+    engine = ScriptedEngine("Fine.")
+    s = dict(temperature=0.3, seed=7, repeat_penalty=1.15, presence_penalty=0.2)
+    await spoken(engine, history("How are you?"), **s)
+    assert engine.requests[0]["sampling"] == Sampling(
+        temperature=0.3, seed=7, repeat_penalty=1.15, presence_penalty=0.2, frequency_penalty=0
+    )
+
+
+def test_the_persona_comes_from_the_config_file(tmp_path, monkeypatch):
+    config = tmp_path / "persona.yaml"
+    config.write_text(
+        "llm:\n"
+        "  bot_name: Juno\n"
+        "  system_prompt: You are {bot_name}, the front desk of a small hotel.\n"
+        "  greeting: Hotel Aurora, {bot_name} speaking.\n"
+        "  fallback_line: Sorry, could you repeat that?\n"
+    )
+    monkeypatch.delenv("VOICE_AGENT_CONFIG", raising=False)
+    s = load_settings(config).llm
+    assert s.system_prompt == "You are Juno, the front desk of a small hotel."
+    assert s.greeting == "Hotel Aurora, Juno speaking."
+    assert s.fallback_line == "Sorry, could you repeat that?"
+
+
+async def test_the_system_prompt_is_the_same_bytes_first_in_every_request():
+    engine = ScriptedEngine("One thing.", "Another thing.", "A third thing.")
+    llm = StreamingLLM(engine, SETTINGS, CallClock())
+    context = LLMContext(messages=history("Hi."))
+    frames = [LLMContextFrame(context=context), SleepFrame(0.2)]
+    for text in ("And?", "Then?"):
+        frames += [LLMContextFrame(context=LLMContext(messages=[
+            *context.messages, {"role": "assistant", "content": "ok."},
+            {"role": "user", "content": text}])), SleepFrame(0.2)]  # fmt: skip
+    await run_test(llm, frames_to_send=frames)
+    firsts = [r["messages"][0] for r in engine.requests]
+    assert firsts == [{"role": "system", "content": SETTINGS.system_prompt}] * 3
+
+
+async def test_the_greeting_is_spoken_first_when_asked_for():
+    engine = ScriptedEngine()
+    llm = StreamingLLM(engine, SETTINGS, CallClock(), greet=True)
+    down, _ = await run_test(llm, frames_to_send=[SleepFrame(0.1)])
+    assert [type(f) for f in down[:3]] == [
+        LLMFullResponseStartFrame, LLMTextFrame, LLMFullResponseEndFrame,
+    ]  # fmt: skip
+    assert down[1].text == SETTINGS.greeting and "Ava" in SETTINGS.greeting
+    quiet, _ = await run_test(StreamingLLM(engine, SETTINGS, CallClock()),
+                              frames_to_send=[SleepFrame(0.1)])  # fmt: skip
+    assert not [f for f in quiet if isinstance(f, LLMTextFrame)]
+    assert not engine.requests  # a greeting costs no model request
+
+
+def test_a_sentence_nearly_said_before_is_held_to_its_end():
+    editor = AnswerEditor(["I've been working on a new app, and it's called Echo."], "Hi.", 2)
+    first, *rest = "I've been working on a new app called Echo.".split(" ")
+    out = "".join(editor.feed(token).text for token in [first, *(" " + w for w in rest)])
+    assert out == "" and editor.finish().verdict is Verdict.REGENERATE
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    """An OpenAI-compatible endpoint that records each request body and streams "Hi."."""
+
+    bodies: list[dict] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - the http.server hook
+        length = int(self.headers["Content-Length"])
+        _Recorder.bodies.append(json.loads(self.rfile.read(length)))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        delta = {"index": 0, "delta": {"content": "Hi."}, "finish_reason": None}
+        chunk = {"id": "1", "object": "chat.completion.chunk", "created": 0, "model": "m",
+                 "choices": [delta]}  # fmt: skip
+        self.wfile.write(f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode())
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("server", "field"),
+    [("llama-server", "repeat_penalty"), ("vllm", "repetition_penalty"), (None, None)],
+)
+async def test_servers_get_the_same_options_under_their_own_names(server, field):
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    _Recorder.bodies.clear()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_port}/v1"
+        engine = OpenAIChatEngine(url, "m", SETTINGS, server=server)
+        sampling = Sampling(temperature=0.0, seed=3, repeat_penalty=1.15, presence_penalty=0.1)
+        said = [x async for x in engine.stream(history("Hi?"), max_tokens=9, sampling=sampling)]
+    finally:
+        httpd.shutdown()
+    assert said[0] == "Hi."
+    (body,) = _Recorder.bodies
+    assert body["temperature"] == 0.0 and body["seed"] == 3 and body["max_tokens"] == 9
+    assert body["presence_penalty"] == 0.1 and body["frequency_penalty"] == 0.0
+    names = {"repeat_penalty", "repetition_penalty"}
+    assert {k for k in body if k in names} == ({field} if field else set())
+    if field:
+        assert body[field] == 1.15
+
+
+def test_an_opening_bracket_does_not_let_a_repeat_through():
+    editor = AnswerEditor(["(I'll leave it to you, I'm sure. Bye.)"], "Hello.", 2)
+    out = "".join(editor.feed(t).text for t in ["(", "I", "'ll", " leave", " it", " to", " you",
+                                                ",", " I", "'m", " sure", ".)"])  # fmt: skip
+    assert out == "" and editor.finish().verdict is Verdict.REGENERATE

@@ -1,0 +1,89 @@
+"""The conversation set through the LLM stage with the real default model: what a caller would
+hear never repeats an earlier answer, never loops, never echoes the caller, stays within two
+sentences, and mostly meets its checks. One test per scripted call keeps each one short."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from agent import model_store
+from agent.llm.engines import InProcessLlama, OpenAIChatEngine
+from agent.llm.llama_server import LlamaServer
+from benchmarks.conversation_set import load_conversations, talk
+
+CONVERSATIONS = load_conversations()
+pytestmark = [pytest.mark.conversation, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def engine(settings) -> InProcessLlama:
+    gguf = model_store.resolve(settings.llm.model, "llm", settings.models_dir)
+    return InProcessLlama(gguf, settings.llm)
+
+
+@pytest.fixture(scope="module")
+def heard(engine, settings) -> dict[str, list]:
+    """Every scripted call, once, in process: what the caller heard, turn by turn."""
+
+    async def all_calls() -> dict[str, list]:
+        return {c.name: await talk(c, engine, settings.llm) for c in CONVERSATIONS}
+
+    return asyncio.run(all_calls())
+
+
+def assert_well_behaved(results, repeats: bool = True) -> None:
+    for r in results:
+        where = f"{r.conversation} turn {r.turn}: {r.user!r} -> {r.answer!r}"
+        assert r.answer.strip(), where
+        assert not r.error, where
+        assert not r.loop, f"loops: {where}"
+        assert not r.echo, f"echoes the caller: {where}"
+        assert r.sentences <= 2, f"over two sentences: {where}"
+        assert not (repeats and r.repeated), f"repeats an earlier answer: {where}"
+
+
+# Issue 22 targets not met yet with the default model (docs/conversation.md, "Not reached
+# yet"); the reasons give SmolLM2-135M's figures in the run the page cites.
+REPEATS_NOT_YET = pytest.mark.xfail(
+    reason="3 of 48 answers repeat an earlier one (each a second fallback line in its call)",
+    strict=False,
+)
+CHECKS_NOT_YET = pytest.mark.xfail(reason="28 of 48 checks met, 36 needed", strict=False)
+
+
+def test_the_set_is_big_enough():
+    assert len(CONVERSATIONS) >= 8 and sum(len(c.turns) for c in CONVERSATIONS) >= 40
+
+
+@pytest.mark.parametrize("name", [c.name for c in CONVERSATIONS])
+def test_no_loop_no_echo_and_at_most_two_sentences(heard, name: str):
+    assert_well_behaved(heard[name], repeats=False)
+
+
+@REPEATS_NOT_YET
+def test_no_answer_repeats_an_earlier_one(heard):
+    for turns in heard.values():
+        assert_well_behaved(turns)
+
+
+@CHECKS_NOT_YET
+def test_the_whole_set_meets_three_checks_in_four(heard):
+    results = [r for turns in heard.values() for r in turns]
+    failed = [f"{r.conversation}/{r.turn}: {r.answer!r} ({r.misses})" for r in results
+              if not r.passed]  # fmt: skip
+    assert len(results) - len(failed) >= 0.75 * len(results), "\n".join(failed)
+
+
+async def test_two_calls_through_the_llama_cpp_server(settings):
+    # A fresh server's first request can take over the 8 s stall limit on a busy machine.
+    s = settings.llm.model_copy(update={"timeout_secs": 60})
+    gguf = model_store.resolve(s.model, "llm", settings.models_dir)
+    with LlamaServer(gguf, s) as server:
+        engine = OpenAIChatEngine(
+            server.base_url, gguf.stem, s, api_key=server.api_key, server="llama-server"
+        )
+        for name in ("say_again", "demo_call"):
+            conversation = next(c for c in CONVERSATIONS if c.name == name)
+            assert_well_behaved(await talk(conversation, engine, s), repeats=False)

@@ -219,7 +219,9 @@ def test_the_persona_comes_from_the_config_file(tmp_path, monkeypatch):
         "  greeting: Hotel Aurora, {bot_name} speaking.\n"
         "  fallback_line: Sorry, could you repeat that?\n"
     )
-    monkeypatch.delenv("VOICE_AGENT_CONFIG", raising=False)
+    # load_settings exports the config path for child processes: undone after the test, or
+    # every later test in this process would speak this persona
+    monkeypatch.setenv("VOICE_AGENT_CONFIG", str(config))
     s = load_settings(config).llm
     assert s.system_prompt == "You are Juno, the front desk of a small hotel."
     assert s.greeting == "Hotel Aurora, Juno speaking."

@@ -341,9 +341,11 @@ async def test_decoding_pauses_while_the_first_phrase_is_synthesised(
     clock = CallClock()
     tap = Tap(clock)
 
-    def frames():
+    def frames():  # the answer and the phrase both over (unpaused, the answer ends first)
         yield LLMContextFrame(context=ask)
-        yield from wait_until(lambda: LLMFullResponseEndFrame in tap.seen)
+        yield from wait_until(
+            lambda: LLMFullResponseEndFrame in tap.seen and synthesis.busy is not None
+        )
 
     await run_test(
         Pipeline([StreamingLLM(inprocess, s, clock), synthesis, tap]), frames_to_send=frames()

@@ -36,6 +36,7 @@ from agent.llm.cli import llm_app
 from agent.redact import redact_text, redact_values
 from agent.reports.cli import reports_app
 from agent.timing.budget import load_budget
+from agent.timing.record import TurnRecord
 from agent.timing.summary import ms, verdict_lines
 from agent.timing.timeline import PART_STAGES
 
@@ -97,15 +98,15 @@ def replay(
         models = AgentModels.load(settings)
         with llm_engine(settings) as engine:
             status.update(f"replaying {len(turns)} turn(s) at {pace} pace…")
-            summary = asyncio.run(
+            result = asyncio.run(
                 replay_call(
                     turns, out_dir, settings=settings, models=models, engine=engine,
                     budget=the_budget, clock=clock_for(pace), greeting=greeting,
                 )
-            ).summary  # fmt: skip
-    _print_turns(out_dir / "turns.jsonl")
-    _print_verdict(summary)
-    if check and summary["verdict"] != "pass":
+            )  # fmt: skip
+    _print_turns(result.records, out_dir)
+    _print_verdict(result.summary)
+    if check and result.summary["verdict"] != "pass":
         raise typer.Exit(1)
 
 
@@ -144,8 +145,8 @@ def transcribe(
             )
 
 
-def _print_turns(turns_file: Path) -> None:
-    table = Table(title=f"Turns ({turns_file.parent})", show_lines=False)
+def _print_turns(records: list[TurnRecord], out_dir: Path) -> None:
+    table = Table(title=f"Turns ({out_dir})", show_lines=False)
     table.add_column("#", justify="right")
     table.add_column("user", max_width=36, no_wrap=True, overflow="ellipsis")
     table.add_column("bot", max_width=36, no_wrap=True, overflow="ellipsis")
@@ -153,13 +154,12 @@ def _print_turns(turns_file: Path) -> None:
     for name in PART_STAGES:
         table.add_column(name, justify="right")
     table.add_column("budget")
-    for line in turns_file.read_text().splitlines():
-        r = json.loads(line)
-        failed = [k for k, v in r["budget"].items() if v == "fail"]
+    for r in records:
+        failed = [k for k, v in r.budget.items() if v == "fail"]
         verdict = f"[red]over: {', '.join(failed)}[/red]" if failed else "[green]ok[/green]"
         table.add_row(
-            str(r["turn"]), r["user_text"], r["bot_text"], ms(r["voice_to_voice_ms"]),
-            *(ms(r["stages"][n]) for n in PART_STAGES), verdict,
+            str(r.turn), r.user_text, r.bot_text, ms(r.voice_to_voice_ms),
+            *(ms(r.stages[n]) for n in PART_STAGES), verdict,
         )  # fmt: skip
     out.print(table)
 

@@ -18,6 +18,7 @@ from agent.llm.engines import ChatEngine
 from agent.pipeline import AgentModels, build_pipeline, run_pipeline
 from agent.settings import Settings
 from agent.timing.budget import Budget
+from agent.timing.record import TurnRecord, jsonl
 from agent.timing.summary import summarize
 from agent.timing.tracing import turn_tracer
 from agent.timing.turn_timer import TurnTimer
@@ -44,7 +45,7 @@ class ReplayResult:
     """What one replayed call produced (its files are in the out folder as well)."""
 
     summary: dict[str, Any]
-    records: list[dict[str, Any]]
+    records: list[TurnRecord]
     played: list[PlayedClip]
 
 
@@ -78,9 +79,7 @@ async def replay_call(
     await run_pipeline(pipeline, rate=rate, observers=[timer])
 
     records = timer.records()
-    with (out_dir / "turns.jsonl").open("w") as fh:
-        for record in records:
-            fh.write(json.dumps(record) + "\n")
+    (out_dir / "turns.jsonl").write_text(jsonl(records))
     recorder.save(out_dir / "call.wav")
     summary = summarize(records, budget)
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

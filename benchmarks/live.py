@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import tempfile
 import time
 from pathlib import Path
@@ -40,8 +39,10 @@ from agent.live.call import Runtime
 from agent.live.server import CallServer, serve_calls
 from agent.pipeline import AgentModels, llm_engine
 from agent.replay import replay_call
+from agent.reports.load import load_run
 from agent.settings import Settings
 from agent.timing.budget import load_budget, rounded_percentile
+from agent.timing.record import TurnRecord
 from agent.transports.g711 import PHONE_RATE, through_phone_line
 from agent.transports.replay import ReplayTurn
 from benchmarks.caller import PhoneCaller
@@ -64,8 +65,8 @@ def stats(values: list[float]) -> dict[str, Any]:
     }
 
 
-def records(folder: Path) -> list[dict]:
-    return [json.loads(x) for x in (folder / "turns.jsonl").read_text().splitlines()]
+def records(folder: Path) -> list[TurnRecord]:
+    return load_run(folder)
 
 
 async def phone_turns(url: str, clips: list[np.ndarray]) -> list[float | None]:
@@ -128,7 +129,7 @@ async def barge_ins(url: str, question: np.ndarray, interruption: np.ndarray, n:
 
 async def replay_round(
     runtime: Runtime, settings: Settings, clips: list[np.ndarray], out: Path
-) -> list[dict]:
+) -> list[TurnRecord]:
     turns = [ReplayTurn(name=n, samples=c) for n, c in zip(CLIPS, clips, strict=True)]
     await replay_call(
         turns, out, settings=settings, models=runtime.models, engine=runtime.engine,
@@ -170,12 +171,12 @@ async def bench(args: argparse.Namespace, runtime: Runtime, work: Path) -> dict[
             print(f"round {r + 1}: replay, phone-audio replay, phone call "
                   f"in {time.monotonic() - started:.0f} s")  # fmt: skip
             measured = {
-                "replay": [t["voice_to_voice_ms"] for t in replayed],
-                "replay_phone_audio": [t["voice_to_voice_ms"] for t in replayed_phone],
-                "phone_server": [t["voice_to_voice_ms"] for t in phoned],
+                "replay": [t.voice_to_voice_ms for t in replayed],
+                "replay_phone_audio": [t.voice_to_voice_ms for t in replayed_phone],
+                "phone_server": [t.voice_to_voice_ms for t in phoned],
                 "phone_caller": caller,
             }
-            transport_out += [t["stages"]["transport_out"] for t in phoned]
+            transport_out += [t.stages["transport_out"] for t in phoned]
             for key, values in measured.items():
                 every[key] += values
                 if len(values) != len(clips):  # a turn split in two or merged: not paired
@@ -195,7 +196,7 @@ async def bench(args: argparse.Namespace, runtime: Runtime, work: Path) -> dict[
         await serving
 
     names = CLIPS * args.rounds
-    server_barge = [r["barge_in_ms"] for r in records(barge_call) if r["interrupted"]]
+    server_barge = [r.barge_in_ms for r in records(barge_call) if r.interrupted]
     return {
         "clips": names,
         "voice_to_voice_ms": {k: stats(v) for k, v in every.items()},

@@ -41,6 +41,7 @@ from rich.table import Table
 from agent.audio import load_audio
 from agent.settings import load_settings
 from agent.timing.callwav import load_thresholds, measure_call
+from agent.timing.record import TurnRecord
 from agent.timing.summary import stage_stats, stage_values
 from agent.timing.timeline import PART_STAGES
 from benchmarks.clips import CLIPS, SAMPLES
@@ -104,7 +105,7 @@ def main() -> int:
     loaded = [(c.name, load_audio(c, rate)) for c in clips]
     work = args.out.with_suffix("")
     turns: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
-    records: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
+    records: dict[str, list[TurnRecord]] = {c: [] for c in configs}
 
     for r in range(1, args.rounds + 1):
         for config in configs if r % 2 else configs[::-1]:
@@ -113,7 +114,7 @@ def main() -> int:
             recs = run_ours(clips, out, env=thread_env(config))
             measured = [t.as_dict() for t in measure_call(out / "call.wav", loaded, thresholds)]
             for t, rec in zip(measured, recs, strict=False):
-                t["reported_voice_to_voice_ms"] = rec["voice_to_voice_ms"]
+                t["reported_voice_to_voice_ms"] = rec.voice_to_voice_ms
                 t["round"] = r
             turns[config] += measured
             records[config] += recs

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import subprocess
 import sys
 import time
@@ -26,9 +25,11 @@ from agent.audio import load_audio
 from agent.clock import CallClock, CallRecorder
 from agent.llm.llama_server import LlamaServer
 from agent.pipeline import run_pipeline
+from agent.reports.load import load_run
 from agent.settings import Settings, load_settings
 from agent.timing.budget import rounded_percentile
 from agent.timing.callwav import load_thresholds, measure_call
+from agent.timing.record import TurnRecord
 from agent.timing.timeline import PART_STAGES
 from agent.transports.pacing import PacedOutput
 from agent.transports.replay import ReplayInput, ReplayTurn
@@ -59,9 +60,7 @@ def warm_server(server: LlamaServer, system_prompt: str) -> None:
                timeout=120).raise_for_status()  # fmt: skip
 
 
-def run_ours(
-    clips: list[Path], out: Path, env: dict[str, str] | None = None
-) -> list[dict[str, Any]]:
+def run_ours(clips: list[Path], out: Path, env: dict[str, str] | None = None) -> list[TurnRecord]:
     """`voice-agent replay` as shipped, in its own process; returns its turn records.
 
     ``env``: the process environment (e.g. ``VOICE_AGENT_...`` settings); default: ours.
@@ -70,7 +69,7 @@ def run_ours(
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"our replay failed: {done.stderr[-2000:]}")
-    return [json.loads(line) for line in (out / "turns.jsonl").read_text().splitlines()]
+    return load_run(out)
 
 
 async def _stock_call(
@@ -153,19 +152,19 @@ def main() -> int:
             for mode in order:
                 out = work / f"round{r}_{mode}"
                 t0 = time.monotonic()
-                records: list[dict[str, Any]] = []
+                records: list[TurnRecord] = []
                 if mode == "ours":
                     records = run_ours(clips, out)
                     for rec in records:
                         for s in PART_STAGES:
-                            if rec["stages"].get(s) is not None:
-                                stages[s].append(rec["stages"][s])
+                            if (value := rec.stages[s]) is not None:
+                                stages[s].append(value)
                 else:
                     run_stock(clips, out, settings, server, args.answer_timeout)
                 measured = [t.as_dict() for t in measure_call(out / "call.wav", loaded, thresholds)]
                 for t, rec in zip(measured, records, strict=False):
-                    t["reported_voice_to_voice_ms"] = rec["voice_to_voice_ms"]
-                    t["user_text"], t["bot_text"] = rec.get("user_text"), rec.get("bot_text")
+                    t["reported_voice_to_voice_ms"] = rec.voice_to_voice_ms
+                    t["user_text"], t["bot_text"] = rec.user_text, rec.bot_text
                 for t in measured:
                     t["round"] = r
                 results[mode] += measured

@@ -15,6 +15,7 @@ import numpy as np
 from agent.clock import CallRecorder
 from agent.llm.engines import GREEDY, Sampling, Usage
 from agent.timing.budget import Budget
+from agent.timing.record import LLMUsage, jsonl
 from agent.timing.summary import summarize
 from agent.timing.turn_timer import Turn
 
@@ -134,15 +135,15 @@ def scripted_run(out: Path, budget: Budget) -> Path:
         e["bot_audio_end"] = e["first_audio_out"] + spoken
         if number == 3:
             e["interrupted"] = e["bot_audio_end"]
-        turn.llm = {
-            "prompt_tokens": 90, "cached_tokens": 80, "completion_tokens": 9, "itl_ms": 11.0,
-            "speculative": request < 0, "speculation_misses": 0,
-        }  # fmt: skip
+        turn.llm = LLMUsage(
+            prompt_tokens=90, cached_tokens=80, completion_tokens=9, itl_ms=11.0,
+            speculative=request < 0, speculation_misses=0,
+        )  # fmt: skip
         recorder.write_user(recorder.position(start), tone(talk / 1000).tobytes())
         recorder.write_bot(recorder.position(e["first_audio_out"]), tone(spoken / 1000).tobytes())
         records.append(turn.record(budget))
         start = e["bot_audio_end"] + 1500
-    (out / "turns.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (out / "turns.jsonl").write_text(jsonl(records))
     (out / "summary.json").write_text(json.dumps(summarize(records, budget), indent=2) + "\n")
     recorder.save(out / "call.wav")
     return out

@@ -13,18 +13,19 @@ from agent.evaluation.answers import CallAnswers, echoes, loops
 from agent.evaluation.grading import assign_turns, bot_onsets, grade_call
 from agent.evaluation.manifest import load_manifest
 from agent.evaluation.text import normalise, wer
+from agent.timing.record import TurnRecord
 from agent.transports.replay import PlayedClip
 
 RATE = 16000
 
 
-def record(opened: float, user: str, bot: str, turn_end: float | None = None) -> dict:
+def record(opened: float, user: str, bot: str, turn_end: float | None = None) -> TurnRecord:
     end = turn_end if turn_end is not None else opened + 500
-    return {
-        "user_text": user, "bot_text": bot, "voice_to_voice_ms": None,
-        "events": {"speech_start": opened, "turn_end": end, "stt_final": end},
-        "stages": {"endpointing": 200.0}, "turn_end_reason": "smart_turn",
-    }  # fmt: skip
+    return TurnRecord(
+        turn=1, user_text=user, bot_text=bot, voice_to_voice_ms=None,
+        events={"speech_start": opened, "turn_end": end, "stt_final": end},
+        stages={"endpointing": 200.0}, turn_end_reason="smart_turn",
+    )  # fmt: skip
 
 
 def test_whisper_normaliser_merges_numbers_and_spelling():

@@ -3,7 +3,6 @@ is named never becomes live markup in it: checked in Chromium, with the policy i
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -13,6 +12,7 @@ import pytest
 
 from agent.settings import Settings
 from agent.timing.budget import load_budget
+from agent.timing.record import jsonl
 from agent.timing.timeline import EVENTS
 from agent.timing.turn_timer import Turn
 
@@ -38,7 +38,7 @@ def hostile_run(root: Path) -> Path:
         turn = Turn(number, input=text, user_text=text, bot_text=text, spoken_text=text,
                     events=events, errors=[text])  # fmt: skip
         records.append(turn.record(budget))
-    (run / "turns.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (run / "turns.jsonl").write_text(jsonl(records))
     return run
 
 

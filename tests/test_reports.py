@@ -23,8 +23,9 @@ from typer.testing import CliRunner
 
 from agent.cli import app
 from agent.reports.clips import Clip, turn_clips
-from agent.reports.load import load_runs
+from agent.reports.load import load_run, load_runs
 from agent.timing.budget import default_budget_file, load_budget
+from agent.timing.record import TurnRecord, jsonl
 from agent.timing.summary import stage_values, summarize
 from agent.timing.timeline import STAGE_NAMES, stages_and_gaps
 from tests.conftest import SAMPLES
@@ -41,8 +42,8 @@ def voice_agent(*args: str | Path) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(argv, result.exit_code, result.stdout, result.stderr)
 
 
-def records(run: Path) -> list[dict]:
-    return [json.loads(line) for line in (run / "turns.jsonl").read_text().splitlines()]
+def records(run: Path) -> list[TurnRecord]:
+    return load_run(run)
 
 
 @pytest.fixture(
@@ -92,17 +93,15 @@ def test_json_report_is_the_pooled_summary_of_the_run(run, reports):
     assert report["violations"] == replay_summary["violations"]
     assert report["turns"] == len(turns) and report["runs"] == [str(run)]
     assert set(report["stage_verdicts"]) == set(STAGE_NAMES)
-    slowest = max(
-        (t for t in turns if t["voice_to_voice_ms"]), key=lambda t: t["voice_to_voice_ms"]
-    )
-    assert report["worst_turns"][0]["voice_to_voice_ms"] == slowest["voice_to_voice_ms"]
-    assert report["worst_turns"][0]["user_text"] == slowest["user_text"]
-    assert report["interruptions"] == sum(t["interrupted"] for t in turns)
-    reported = [t["llm"] for t in turns if t["llm"].get("prompt_tokens") and
-                t["llm"].get("cached_tokens") is not None]  # fmt: skip
+    slowest = max((t for t in turns if t.voice_to_voice_ms), key=lambda t: t.voice_to_voice_ms)
+    assert report["worst_turns"][0]["voice_to_voice_ms"] == slowest.voice_to_voice_ms
+    assert report["worst_turns"][0]["user_text"] == slowest.user_text
+    assert report["interruptions"] == sum(t.interrupted for t in turns)
+    reported = [t.llm for t in turns if t.llm and t.llm.prompt_tokens and
+                t.llm.cached_tokens is not None]  # fmt: skip
     if reported:
-        ratio = sum(x["cached_tokens"] for x in reported) / sum(
-            x["prompt_tokens"] for x in reported
+        ratio = sum(x.cached_tokens or 0 for x in reported) / sum(
+            x.prompt_tokens or 0 for x in reported
         )
         assert report["llm_cache"]["ratio"] == round(ratio, 3)
     else:
@@ -128,7 +127,7 @@ def test_markdown_report_has_budget_table_worst_turns_cache_and_interruptions(ru
         assert ("fail" in rows[name][7]) == failed
     assert "## Worst turns (by voice-to-voice)" in text
     for turn in records(run):
-        assert turn["user_text"] in text and turn["bot_text"] in text
+        assert turn.user_text in text and turn.bot_text in text
     assert re.search(r"LLM prompt cache: (not reported|\d+% \(\d+ of \d+ prompt tokens)", text)
     assert re.search(r"Interruptions \(caller barge-in\): \d+ of \d+ turns", text)
 
@@ -154,7 +153,7 @@ def test_html_report_is_self_contained_with_each_turns_audio(run, reports):
         # a verbatim stretch of call.wav, both channels, covering the user's speech and the answer
         first = round(float(start_ms) * rate / 1000)
         assert np.array_equal(audio, call[first : first + len(audio)])
-        events = turn["events"]
+        events = turn.events
         assert float(start_ms) <= events["speech_start"]
         # (the last turn's clip ends with call.wav, at bot_audio_end to the sample)
         assert float(start_ms) + (len(audio) + 1) / rate * 1000 >= events["bot_audio_end"]
@@ -167,7 +166,7 @@ def test_silent_bot_check_reads_call_wav(run):
     pool = load_runs([run])
     clips = turn_clips(pool)
     for turn in pool.turns:
-        clip, at = clips[turn.label], turn.record["events"]["first_audio_out"]
+        clip, at = clips[turn.label], turn.record.events["first_audio_out"]
         assert not clip.bot_silent_after(at)
         muted = clip.audio.copy()
         muted[round((at - clip.start_ms) * clip.rate / 1000) :, 1] = 0
@@ -219,7 +218,7 @@ def test_html_renders_in_chromium_without_console_errors(run, reports, tmp_path)
     dom = done.stdout
     assert len(re.findall(r'<svg class="chart"', dom)) == charts
     bars = re.findall(r'<rect class="bar" data-stage="([a-z_]+)"', dom)
-    answered = sum(t["voice_to_voice_ms"] is not None for t in turns)
+    answered = sum(t.voice_to_voice_ms is not None for t in turns)
     assert bars.count("voice_to_voice") == answered and bars.count("llm_ttft") == answered
     assert len(re.findall(r'<circle class="turn-dot"', dom)) == answered
     assert len(re.findall(r'<rect class="box"', dom)) >= len(STAGE_NAMES)
@@ -333,14 +332,14 @@ def slowed_copy(run: Path, dest: Path, extra_ms: float) -> Path:
              "bot_audio_end")  # fmt: skip
     out = []
     for record in records(run):
-        for event in later:
-            if record["events"][event] is not None:
-                record["events"][event] += extra_ms
-        stages, gaps, lead = stages_and_gaps(record["events"])
-        record.update(stages=stages, gaps=gaps, stt_lead_ms=lead)
-        record["voice_to_voice_ms"] = stages["voice_to_voice"]
-        out.append(json.dumps(record))
-    (dest / "turns.jsonl").write_text("\n".join(out) + "\n")
+        events = {k: v + extra_ms if k in later and v is not None else v
+                  for k, v in record.events.items()}  # fmt: skip
+        stages, gaps, lead = stages_and_gaps(events)
+        out.append(record.model_copy(update=dict(
+            events=events, stages=stages, gaps=gaps, stt_lead_ms=lead,
+            voice_to_voice_ms=stages["voice_to_voice"],
+        )))  # fmt: skip
+    (dest / "turns.jsonl").write_text(jsonl(out))
     return dest
 
 
@@ -383,7 +382,7 @@ def test_several_runs_pool_their_turns(run, tmp_path):
     assert done.returncode == 0, done.stderr
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     turns = records(run)
-    answered = sum(t["voice_to_voice_ms"] is not None for t in turns)
+    answered = sum(t.voice_to_voice_ms is not None for t in turns)
     assert report["turns"] == 2 * len(turns) and report["answered_turns"] == 2 * answered
     assert report["stages"]["voice_to_voice"]["n"] == 2 * answered
     assert report["runs"] == [str(run), str(again)]

@@ -18,8 +18,10 @@ import pytest
 from loguru import logger
 
 from agent.live.call import LiveCall, Runtime, rolling_summary
+from agent.reports.load import load_run
 from agent.settings import PROJECT_ROOT, Settings
 from agent.timing.budget import Budget, load_budget
+from agent.timing.record import TurnRecord
 from agent.timing.summary import summarize
 from agent.timing.turn_timer import Turn, TurnTimer
 
@@ -34,7 +36,7 @@ LINE = re.compile(
 
 def replay_records(
     out: Path, env: dict[str, str] | None = None, pace: str = "compute"
-) -> list[dict[str, Any]]:
+) -> list[TurnRecord]:
     """Replay the two sample turns in a real agent process; its turns.jsonl records."""
     done = subprocess.run(
         [sys.executable, "-m", "agent.cli", "replay", *SAMPLES, "--out", str(out), "--pace", pace],
@@ -42,8 +44,8 @@ def replay_records(
         text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    records = [json.loads(line) for line in (out / "turns.jsonl").read_text().splitlines()]
-    assert len(records) == 2 and all(r["voice_to_voice_ms"] is not None for r in records)
+    records = load_run(out)
+    assert len(records) == 2 and all(r.voice_to_voice_ms is not None for r in records)
     return records
 
 
@@ -54,18 +56,18 @@ def live_call(settings: Settings, budget: Budget, calls_dir: Path) -> LiveCall:
     return call
 
 
-def turn_from(record: dict[str, Any]) -> Turn:
+def turn_from(record: TurnRecord) -> Turn:
     """The timer's turn that produced a record."""
     return Turn(
-        number=record["turn"], input=record["input"], user_text=record["user_text"],
-        bot_text=record["bot_text"], spoken_text=record["spoken_text"],
-        events=dict(record["events"]), llm=record["llm"],
-        errors=list(record["errors"]), end_reason=record["turn_end_reason"],
-        end_value=record["turn_end_value"],
+        number=record.turn, input=record.input, user_text=record.user_text,
+        bot_text=record.bot_text, spoken_text=record.spoken_text,
+        events=dict(record.events), llm=record.llm,
+        errors=list(record.errors), end_reason=record.turn_end_reason,
+        end_value=record.turn_end_value,
     )  # fmt: skip
 
 
-def finish_turn(call: LiveCall, record: dict[str, Any]) -> None:
+def finish_turn(call: LiveCall, record: TurnRecord) -> None:
     """The recorded turn happens in the call, then its answer finishes."""
     assert call._timer is not None
     call._timer.turns.append(turn_from(record))
@@ -78,7 +80,7 @@ def default_budget() -> Budget:
 
 
 @pytest.fixture(scope="module")
-def records(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+def records(tmp_path_factory: pytest.TempPathFactory) -> list[TurnRecord]:
     return replay_records(tmp_path_factory.mktemp("replay") / "run")
 
 
@@ -96,7 +98,7 @@ def log_lines() -> Any:
 
 
 def run_call(
-    every: int, records: list[dict[str, Any]], budget: Budget, tmp_path: Path
+    every: int, records: list[TurnRecord], budget: Budget, tmp_path: Path
 ) -> tuple[LiveCall, list[dict[str, Any]]]:
     events: list[dict[str, Any]] = []
     call = live_call(Settings(report_every_turns=every), budget, tmp_path)
@@ -117,7 +119,7 @@ def test_line_numbers_equal_summarize(records, budget, log_lines, tmp_path) -> N
         call_id, turns, answered, p50, p95, over, limit = match.groups()
         assert (call_id, int(turns), int(answered)) == (call.id, n, n)
         assert (float(p50), float(p95)) == (summary["p50"], summary["p95"])
-        fails = sum(r["budget"]["voice_to_voice"] == "fail" for r in records[:n])
+        fails = sum(r.budget["voice_to_voice"] == "fail" for r in records[:n])
         assert int(over) == event["over_budget"] == fails
         assert float(limit) == budget.stages["voice_to_voice"].ceiling
         assert event == rolling_summary(call.id, records[:n], budget)
@@ -126,7 +128,7 @@ def test_line_numbers_equal_summarize(records, budget, log_lines, tmp_path) -> N
     # The answers were also saved, as before, and the records round-trip through the turns.
     assert [turn_from(r).record(budget) for r in records] == records
     saved = (call.dir / "turns.jsonl").read_text().splitlines()
-    assert [json.loads(s)["stages"] for s in saved] == [r["stages"] for r in records]
+    assert [json.loads(s)["stages"] for s in saved] == [r.stages for r in records]
 
 
 @pytest.mark.parametrize(("every", "reported_at"), [(0, []), (1, [1, 2]), (2, [2]), (3, [])])

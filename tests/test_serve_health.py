@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from agent.live.drain import Drain
 from agent.live.metrics import CallMetrics
 from agent.live.server import CallServer
+from agent.timing.record import TurnRecord
 from tests.test_serve_access import PORT, TOKEN, FakeConnection, request
 
 
@@ -77,11 +78,15 @@ async def test_metrics_are_behind_the_token_and_count_refusals():
 
 def test_turns_are_counted_with_their_stages_and_errors():
     metrics = CallMetrics(lambda: 0, 1, lambda: False)
-    answered = {
-        "stages": {"endpointing": 250.0, "voice_to_voice": 700.0, "llm_ttft": None},
-        "errors": ["llm (openai): APITimeoutError: ...", "tts: RuntimeError: x"],
-    }
-    unanswered = {"stages": {"endpointing": 300.0, "voice_to_voice": None}, "errors": []}
+    answered = TurnRecord(
+        turn=1, events={}, voice_to_voice_ms=700.0,
+        stages={"endpointing": 250.0, "voice_to_voice": 700.0, "llm_ttft": None},
+        errors=["llm (openai): APITimeoutError: ...", "tts: RuntimeError: x"],
+    )  # fmt: skip
+    unanswered = TurnRecord(
+        turn=2, events={}, voice_to_voice_ms=None,
+        stages={"endpointing": 300.0, "voice_to_voice": None},
+    )  # fmt: skip
     metrics.observe_turns([answered, unanswered])
     found = samples(metrics.exposition())
     assert found[("voice_agent_turns_total", ())] == 2

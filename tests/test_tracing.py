@@ -23,6 +23,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from test_rolling_summary import default_budget, finish_turn, live_call, replay_records, turn_from
 
 from agent.settings import PROJECT_ROOT, Settings
+from agent.timing.record import TurnRecord
 from agent.timing.timeline import STAGE_NAMES
 from agent.timing.tracing import TurnTracer, traces_url, turn_tracer
 
@@ -78,7 +79,7 @@ def collector() -> Iterator[Collector]:
 @pytest.fixture(scope="module")
 def replayed(
     collector: Collector, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[list[dict[str, Any]], Path, int, int]:
+) -> tuple[list[TurnRecord], Path, int, int]:
     """A real replay exporting to the collector: records, run folder, wall-clock window (ns)."""
     out = tmp_path_factory.mktemp("replay") / "run"
     before = time.time_ns()
@@ -88,7 +89,7 @@ def replayed(
     return records, out, before, time.time_ns()
 
 
-def in_memory(records: list[dict[str, Any]], wall_t0_ns: int) -> list[ReadableSpan]:
+def in_memory(records: list[TurnRecord], wall_t0_ns: int) -> list[ReadableSpan]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -113,25 +114,26 @@ def test_spans_of_real_turns(replayed) -> None:
         # Every stage happened in these turns, plus the gap; nothing else hangs off the turn.
         assert sorted(s.name for s in children) == sorted(CHILDREN)
         for span in children:
-            value = record["gaps"]["stt_to_llm"] if span.name == "stt_to_llm" else None
-            value = record["stages"][span.name] if value is None else value
+            value = record.gaps["stt_to_llm"] if span.name == "stt_to_llm" else None
+            value = record.stages[span.name] if value is None else value
             assert abs(ms(span.start_time, span.end_time) - abs(value)) < 0.1, span.name
             assert turn.start_time <= span.start_time <= span.end_time <= turn.end_time
-        events = record["events"]
+        events = record.events
         endpointing = next(s for s in children if s.name == "endpointing")
         assert abs(ms(t0, endpointing.start_time) - events["speech_end"]) < 0.1
         assert abs(ms(t0, turn.start_time) - events["speech_start"]) < 0.1
         assert abs(ms(t0, turn.end_time) - events["bot_audio_end"]) < 0.1
         attrs = dict(turn.attributes or {})
-        assert attrs["turn.number"] == record["turn"]
-        assert attrs["turn.input"] == record["input"]
-        assert attrs["turn.voice_to_voice_ms"] == record["voice_to_voice_ms"]
+        assert attrs["turn.number"] == record.turn
+        assert attrs["turn.input"] == record.input
+        assert attrs["turn.voice_to_voice_ms"] == record.voice_to_voice_ms
         assert attrs["turn.interrupted"] is False
-        assert attrs["turn.user_text_chars"] == len(record["user_text"]) > 0
-        assert attrs["llm.completion_tokens"] == record["llm"]["completion_tokens"]
+        assert attrs["turn.user_text_chars"] == len(record.user_text) > 0
+        assert record.llm is not None
+        assert attrs["llm.completion_tokens"] == record.llm.completion_tokens
         assert attrs["call.id"] == "c1"
     # What was said never leaves the process: no transcript, and no free-text attribute.
-    said = [r[k] for r in records for k in ("user_text", "bot_text")]
+    said = [text for r in records for text in (r.user_text, r.bot_text)]
     for span in spans:
         attributes = dict(span.attributes or {})
         assert not any(text in str(value) for text in said for value in attributes.values())
@@ -142,11 +144,11 @@ def test_spans_of_real_turns(replayed) -> None:
 def test_speculative_request_gives_a_forward_gap_span(replayed) -> None:
     """A negative stt_to_llm (LLM asked before the final transcript) is still a span."""
     record = replayed[0][0]
-    events = dict(record["events"])
+    events = dict(record.events)
     ready = max(events["turn_end"], events["stt_final"])
-    turn = turn_from({**record, "events": {**events, "llm_request": round(ready - 50.0, 1)}})
-    changed = turn.record(default_budget())
-    assert changed["gaps"]["stt_to_llm"] == -50.0
+    events["llm_request"] = round(ready - 50.0, 1)
+    changed = turn_from(record.model_copy(update={"events": events})).record(default_budget())
+    assert changed.gaps["stt_to_llm"] == -50.0
     gap = next(s for s in in_memory([changed], 0) if s.name == "stt_to_llm")
     assert abs(ms(0, gap.start_time) - (ready - 50.0)) < 0.1
     assert abs(ms(0, gap.end_time) - ready) < 0.1
@@ -158,7 +160,7 @@ def test_replay_posts_its_turns_to_the_collector(replayed, collector) -> None:
     assert any(path == "/v1/traces" for path, _ in collector.posts)
     spans = collector.spans()
     turns = [s for s in spans if s.name == "turn" and _attr(s, "call.id") == out.name]
-    assert sorted(_attr(s, "turn.number") for s in turns) == [r["turn"] for r in records]
+    assert sorted(_attr(s, "turn.number") for s in turns) == [r.turn for r in records]
     for turn in turns:
         record = records[_attr(turn, "turn.number") - 1]
         # Real wall-clock times: inside the replay's run.
@@ -167,7 +169,7 @@ def test_replay_posts_its_turns_to_the_collector(replayed, collector) -> None:
         assert set(children) == set(CHILDREN)
         v2v = children["voice_to_voice"]
         took = ms(v2v.start_time_unix_nano, v2v.end_time_unix_nano)
-        assert abs(took - record["voice_to_voice_ms"]) < 0.1
+        assert abs(took - record.voice_to_voice_ms) < 0.1
 
 
 def test_live_call_exports_when_it_ends(replayed, collector, tmp_path) -> None:
@@ -180,7 +182,7 @@ def test_live_call_exports_when_it_ends(replayed, collector, tmp_path) -> None:
     turns = [s for s in collector.spans() if s.name == "turn" and _attr(s, "call.id") == call.id]
     assert len(turns) == len(records)
     assert {_attr(s, "turn.voice_to_voice_ms") for s in turns} == {
-        r["voice_to_voice_ms"] for r in records
+        r.voice_to_voice_ms for r in records
     }
 
 

@@ -18,6 +18,7 @@ from agent.audio import speech_bounds
 from agent.evaluation.answers import CallAnswers
 from agent.evaluation.manifest import Clip
 from agent.evaluation.text import word_errors
+from agent.timing.record import TurnRecord
 from agent.transports.replay import PlayedClip
 
 BOT_GAP_MS = 300  # bot silence this long between two sounds makes the second a new onset
@@ -63,19 +64,18 @@ def bot_onsets(bot: np.ndarray, rate: int, gap_ms: int = BOT_GAP_MS) -> list[int
     return [int(sounding[0])] + sounding[breaks + 1].astype(int).tolist()
 
 
-def _turn_opened_ms(record: dict[str, Any]) -> float | None:
-    events = record["events"]
+def _turn_opened_ms(record: TurnRecord) -> float | None:
     for key in ("speech_start", "turn_end", "stt_final"):
-        if events.get(key) is not None:
-            return float(events[key])
+        if (at := record.events[key]) is not None:
+            return float(at)
     return None
 
 
-def assign_turns(records: list[dict[str, Any]], played: list[PlayedClip]) -> list[list[dict]]:
+def assign_turns(records: list[TurnRecord], played: list[PlayedClip]) -> list[list[TurnRecord]]:
     """The turn records of each clip: those that opened while it (or the silence after it)
     was playing."""
     starts = [p.start_ms for p in played]
-    out: list[list[dict]] = [[] for _ in played]
+    out: list[list[TurnRecord]] = [[] for _ in played]
     for record in records:
         opened = _turn_opened_ms(record)
         if opened is None:
@@ -89,7 +89,7 @@ def grade_call(
     call_wav: Path,
     clips: list[Clip],
     played: list[PlayedClip],
-    records: list[dict[str, Any]],
+    records: list[TurnRecord],
     offline: list[str],
 ) -> list[ClipGrade]:
     """Every clip of one call, graded."""
@@ -108,18 +108,18 @@ def grade_call(
         window_end = played[i + 1].start_ms if i + 1 < len(played) else float("inf")
         cut = [t for t in onsets if start is not None and end is not None and start < t < end]
         after = [t for t in onsets if end is not None and end <= t < window_end]
-        streaming = " ".join(r["user_text"] for r in turns if r["user_text"]).strip()
+        streaming = " ".join(r.user_text for r in turns if r.user_text).strip()
         s_err, n_ref = word_errors(clip.text, streaming)
         o_err, _ = word_errors(clip.text, offline[i])
-        heard = [r for r in turns if r["user_text"].strip()]
+        heard = [r for r in turns if r.user_text.strip()]
         previous = by_clip[i - 1] if i else []
         merged = (
             not turns
             and start is not None
             and bool(previous)
-            and (previous[-1]["events"].get("turn_end") or 0) >= start
+            and (previous[-1].events["turn_end"] or 0) >= start
         )
-        checks = [answers.check(r["user_text"], r["bot_text"]) for r in turns]
+        checks = [answers.check(r.user_text, r.bot_text) for r in turns]
         grades.append(
             ClipGrade(
                 clip=clip.file,
@@ -139,15 +139,11 @@ def grade_call(
                 speech_end_ms=end,
                 cutoffs=[round(t, 1) for t in cut],
                 voice_to_voice_ms=round(after[0] - end, 1) if after and end is not None else None,
-                endpointing_ms=[
-                    r["stages"]["endpointing"]
-                    for r in turns
-                    if r["stages"].get("endpointing") is not None
-                ],
-                ended_by=[r.get("turn_end_reason") for r in turns],
-                answers=[r["bot_text"] for r in turns],
+                endpointing_ms=[ms for r in turns if (ms := r.stages["endpointing"]) is not None],
+                ended_by=[r.turn_end_reason for r in turns],
+                answers=[r.bot_text for r in turns],
                 answer_problems=[c.problems for c in checks],
-                record_voice_to_voice_ms=[r["voice_to_voice_ms"] for r in turns],
+                record_voice_to_voice_ms=[r.voice_to_voice_ms for r in turns],
             )
         )
     return grades

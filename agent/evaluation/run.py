@@ -17,6 +17,7 @@ from agent.pipeline import AgentModels
 from agent.replay import replay_call
 from agent.settings import Settings
 from agent.timing.budget import Budget, EvalLimits, rounded_percentile
+from agent.timing.record import TurnRecord, jsonl
 from agent.timing.summary import summarize
 from agent.transports.g711 import through_phone_line
 from agent.transports.replay import ReplayTurn
@@ -28,7 +29,7 @@ def _rate(part: int, whole: int) -> float | None:
     return None if whole == 0 else round(part / whole, 4)
 
 
-def overall(grades: list[ClipGrade], records: list[dict[str, Any]]) -> dict[str, Any]:
+def overall(grades: list[ClipGrade], records: list[TurnRecord]) -> dict[str, Any]:
     """The corpus figures: WER, segmentation, cut-offs, voice-to-voice, answer sanity."""
     ref_words = sum(g.reference_words for g in grades)
     wer_stream = _rate(sum(g.streaming_errors for g in grades), ref_words)
@@ -66,7 +67,7 @@ def overall(grades: list[ClipGrade], records: list[dict[str, Any]]) -> dict[str,
             "p95": rounded_percentile(endpointing, 95),
         },
         "answers": {
-            "answered": sum(1 for r in records if r["bot_text"].strip()),
+            "answered": sum(1 for r in records if r.bot_text.strip()),
             **{name: problems.count(name) for name in ANSWER_PROBLEMS},
         },
     }
@@ -103,7 +104,7 @@ async def evaluate(
     else:
         groups, folders = [list(range(len(clips)))], [out_dir]
     grades: list[ClipGrade] = []
-    records: list[dict[str, Any]] = []
+    records: list[TurnRecord] = []
     for group, folder in zip(groups, folders, strict=True):
         result = await replay_call(
             [turns[i] for i in group], folder, settings=settings, models=models,
@@ -136,7 +137,6 @@ async def evaluate(
     }
     (out_dir / "eval.json").write_text(json.dumps(report, indent=2) + "\n")
     if per_clip:  # one turns.jsonl over every call, so `voice-agent report` reads the run
-        with (out_dir / "turns.jsonl").open("w") as fh:
-            for number, record in enumerate(records, 1):
-                fh.write(json.dumps({**record, "turn": number}) + "\n")
+        numbered = [r.model_copy(update={"turn": n}) for n, r in enumerate(records, 1)]
+        (out_dir / "turns.jsonl").write_text(jsonl(numbered))
     return report

@@ -45,6 +45,7 @@ from agent.llm.engines import ChatEngine
 from agent.pipeline import AgentModels, build_pipeline, run_pipeline
 from agent.settings import Settings
 from agent.timing.budget import Budget
+from agent.timing.record import TurnRecord, jsonl
 from agent.timing.summary import summarize
 from agent.timing.tracing import TurnTracer, turn_tracer
 from agent.timing.turn_timer import Turn, TurnTimer
@@ -64,7 +65,7 @@ class Runtime:
     budget: Budget
 
 
-def with_barge_in(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def with_barge_in(records: list[TurnRecord]) -> list[TurnRecord]:
     """Add ``barge_in_ms`` (caller speech start -> bot audio stopped) to interrupted turns.
 
     The caller's speech that cut the bot off opens the next turn, so its ``speech_start``
@@ -72,10 +73,10 @@ def with_barge_in(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """
     if not records:  # a call without a turn still writes its files
         return records
-    for record, following in zip(records, records[1:] + [None], strict=True):
-        stopped = record["events"].get("interrupted")
-        started = following["events"].get("speech_start") if following else None
-        record["barge_in_ms"] = (
+    for record, following in zip(records, [*records[1:], None], strict=True):
+        stopped = record.events["interrupted"]
+        started = following.events["speech_start"] if following else None
+        record.barge_in_ms = (
             # 0 when the bot was already quiet (between phrases) as the caller began
             round(max(0.0, stopped - started), 1)
             if stopped is not None and started is not None
@@ -84,7 +85,7 @@ def with_barge_in(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return records
 
 
-def rolling_summary(call_id: str, records: list[dict[str, Any]], budget: Budget) -> Event:
+def rolling_summary(call_id: str, records: list[TurnRecord], budget: Budget) -> Event:
     """Voice-to-voice so far, with summary.json's numbers, for QA watching a long call."""
     summary = summarize(records, budget)
     v2v = summary["stages"]["voice_to_voice"]
@@ -95,7 +96,7 @@ def rolling_summary(call_id: str, records: list[dict[str, Any]], budget: Budget)
         "answered": summary["answered_turns"],
         "p50_ms": v2v["p50"],
         "p95_ms": v2v["p95"],
-        "over_budget": sum(1 for r in records if r["budget"].get("voice_to_voice") == "fail"),
+        "over_budget": sum(1 for r in records if r.budget.get("voice_to_voice") == "fail"),
         "budget_ms": budget.stages["voice_to_voice"].ceiling,
     }
 
@@ -125,9 +126,9 @@ def answered_turn(turns: list[Turn]) -> Turn | None:
 class CallObserver(BaseObserver):
     """Feeds the turn timer first (its clock readings stay exact), then reports the call.
 
-    Reports go to ``emit`` as small JSON-able events: ``interim``/``final`` transcripts,
-    ``bot_text`` (a phrase, once its audio was played), ``barge_in`` and ``turn`` (the turn
-    record, whenever an answer finishes). ``emit`` must not block.
+    Reports go to ``emit`` as small events: ``interim``/``final`` transcripts, ``bot_text``
+    (a phrase, once its audio was played), ``barge_in`` and ``turn`` (the ``TurnRecord``,
+    whenever an answer finishes; a sender makes it JSON). ``emit`` must not block.
     """
 
     def __init__(
@@ -196,7 +197,7 @@ class LiveCall:
         emit: Callable[[Event], None] | None = None,
         details: Callable[[], dict[str, Any]] | None = None,
         max_secs: float | None = None,
-        on_turns: Callable[[list[dict[str, Any]]], None] | None = None,
+        on_turns: Callable[[list[TurnRecord]], None] | None = None,
     ) -> None:
         self.runtime = runtime
         self.settings = runtime.settings.for_phone() if kind == "phone" else runtime.settings
@@ -246,7 +247,7 @@ class LiveCall:
             self._end_reason = reason
             self._hang_up.set()
 
-    async def run(self, transport_in: LiveInput, transport_out: LiveOutput) -> list[dict]:
+    async def run(self, transport_in: LiveInput, transport_out: LiveOutput) -> list[TurnRecord]:
         """Run the call until it is hung up; write its files; return its turn records."""
         rt = self.runtime
         self._input = transport_in
@@ -287,7 +288,7 @@ class LiveCall:
             records = self._finish()
         return records
 
-    def _records(self, *, final: bool) -> list[dict[str, Any]]:
+    def _records(self, *, final: bool) -> list[TurnRecord]:
         if self._timer is None:
             return []
         if final:
@@ -309,19 +310,19 @@ class LiveCall:
             logger.info("{}", summary_line(event))
             self._emit(event)
 
-    def _hand_on(self, records: list[dict[str, Any]]) -> None:
+    def _hand_on(self, records: list[TurnRecord]) -> None:
         """Give ``on_turns`` the records it has not had yet."""
         fresh, self._handed = records[self._handed :], max(self._handed, len(records))
         if fresh and self._on_turns is not None:
             self._on_turns(fresh)
 
-    def _write_turns(self, records: list[dict[str, Any]]) -> None:
+    def _write_turns(self, records: list[TurnRecord]) -> None:
         """Rewrite turns.jsonl with every turn so far (atomically)."""
         tmp = self.dir / "turns.jsonl.tmp"
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+        tmp.write_text(jsonl(records))
         tmp.replace(self.dir / "turns.jsonl")
 
-    def _finish(self) -> list[dict[str, Any]]:
+    def _finish(self) -> list[TurnRecord]:
         records = self._records(final=True)
         self._write_turns(records)
         self._hand_on(records)
@@ -334,7 +335,7 @@ class LiveCall:
             duration_s=round(time.time() - self._started, 1),
             end_reason=self._end_reason,
             turns=len(records),
-            barge_in_ms=[r["barge_in_ms"] for r in records if r["barge_in_ms"] is not None],
+            barge_in_ms=[r.barge_in_ms for r in records if r.barge_in_ms is not None],
         )
         if self._input is not None:
             self.info.update(self._input.stats())

@@ -10,7 +10,6 @@ call that failed as a whole.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -22,6 +21,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from agent.timing.record import TurnRecord
 from agent.timing.timeline import STAGE_NAMES
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -69,14 +69,14 @@ class CallMetrics:
             for label in labels:  # every series exists from the start, at 0
                 counter.labels(label)
 
-    def observe_turns(self, records: list[dict[str, Any]]) -> None:
+    def observe_turns(self, records: list[TurnRecord]) -> None:
         """Count finished turns (each once), their stage latencies and their errors."""
         for record in records:
             self.turns.inc()
-            for stage, ms in record["stages"].items():
+            for stage, ms in record.stages.items():
                 if ms is not None:
                     self.stages.labels(stage).observe(ms / 1000)
-            for line in record["errors"]:
+            for line in record.errors:
                 self.errors.labels(error_stage(line)).inc()
 
     def exposition(self) -> bytes:

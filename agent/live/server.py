@@ -451,7 +451,7 @@ class CallServer:
             if not isinstance(exc, ConnectionClosed):
                 logger.error("call {}: reading the client failed: {}", call.id,
                              clip_text(str(exc), 120))  # fmt: skip
-        v2v = [r["voice_to_voice_ms"] for r in records if r["voice_to_voice_ms"] is not None]
+        v2v = [r.voice_to_voice_ms for r in records if r.voice_to_voice_ms is not None]
         self.say(
             f"call {call.id} ended ({call.info.get('end_reason', '')}): {len(records)} turn(s)"
             + (f", voice-to-voice {', '.join(f'{x:.0f}' for x in v2v)} ms" if v2v else "")

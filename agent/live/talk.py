@@ -15,6 +15,8 @@ from typing import Any
 
 from agent.errors import UserError
 from agent.live.call import Event, LiveCall, Runtime
+from agent.timing.record import TurnRecord
+from agent.timing.summary import ms
 from agent.transports.sounddevice_io import SoundDeviceInput, SoundDeviceOutput
 
 
@@ -45,11 +47,11 @@ def console_printer(say: Callable[[str], None]) -> Callable[[Event], None]:
             say(f"bot: {event['text']}")
         elif kind == "barge_in":
             say(f"  (cut off; bot audio stopped {event['ms']} ms after you started)")
-        elif kind == "turn" and event["record"]["voice_to_voice_ms"] is not None:
-            record = event["record"]
-            if record["turn"] not in shown:
-                shown.add(record["turn"])
-                say(f"  turn {record['turn']}: voice-to-voice {record['voice_to_voice_ms']:.0f} ms")
+        elif kind == "turn":
+            record: TurnRecord = event["record"]
+            if record.voice_to_voice_ms is not None and record.turn not in shown:
+                shown.add(record.turn)
+                say(f"  turn {record.turn}: voice-to-voice {ms(record.voice_to_voice_ms)} ms")
 
     return emit
 

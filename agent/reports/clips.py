@@ -55,7 +55,7 @@ def windows(turns: list[Turn]) -> list[tuple[float, float] | None]:
     """(start, end) in call ms per turn of one run, padded, stopping at the next turn's speech."""
     out: list[tuple[float, float] | None] = []
     for i, turn in enumerate(turns):
-        events = turn.record["events"]
+        events = turn.record.events
         first = events.get("speech_start") or events.get("speech_end")
         last = next((events[e] for e in END_EVENTS if events.get(e) is not None), None)
         if first is None or last is None:
@@ -63,9 +63,7 @@ def windows(turns: list[Turn]) -> list[tuple[float, float] | None]:
             continue
         end = last + PAD_MS
         later = [
-            t.record["events"].get("speech_start")
-            for t in turns[i + 1 :]
-            if t.record["events"].get("speech_start") is not None
+            start for t in turns[i + 1 :] if (start := t.record.events["speech_start"]) is not None
         ]
         if later:
             end = min(end, max(min(later) - 50.0, last))

@@ -82,11 +82,12 @@ def _keyed(pool: Pool, stage: str) -> dict[tuple[str | None, int], float]:
     seen: dict[str | None, int] = {}
     out = {}
     for record in pool.records:
-        source = record.get("input")
+        source = record.input
         key = (source, seen.get(source, 0))
         seen[source] = key[1] + 1
-        if record["stages"].get(stage) is not None:
-            out[key] = float(record["stages"][stage])
+        value = record.stages[stage]
+        if value is not None:
+            out[key] = float(value)
     return out
 
 

@@ -151,18 +151,18 @@ def _turn_card(turn: Turn, index: int, clip: Clip | None, budget: Budget) -> str
         status = f'<span class="{cls}">{v2v:.0f} ms voice-to-voice, {word}</span>'
     slow = slowest_stage(record)
     extra = f" · slowest: {slow}" if slow else ""
-    if record.get("interrupted"):
+    if record.interrupted:
         extra += " · interrupted by the caller"
     parts = [
         f'<section class="card turn" id="turn-{index}">',
         f"<h3>Turn {escape(turn.label)} — {status}{escape(extra)}</h3>",
-        f'<p class="said"><b>user</b>{escape(record.get("user_text") or "–")}</p>',
-        f'<p class="said"><b>bot</b>{escape(record.get("bot_text") or "–")}</p>',
+        f'<p class="said"><b>user</b>{escape(record.user_text or "–")}</p>',
+        f'<p class="said"><b>bot</b>{escape(record.bot_text or "–")}</p>',
         waterfall_svg(record, budget),
     ]
     if clip is not None and clip.audio is not None:
         parts.append(waveform_svg(clip.audio, clip.rate, clip.start_ms, record, index))
-        if clip.bot_silent_after(record["events"].get("first_audio_out")):
+        if clip.bot_silent_after(record.events["first_audio_out"]):
             parts.append(
                 '<p class="fail">call.wav: the bot channel is silent after first_audio_out, '
                 "so this turn's voice-to-voice is not what the caller heard.</p>"
@@ -176,8 +176,8 @@ def _turn_card(turn: Turn, index: int, clip: Clip | None, budget: Budget) -> str
         )
     elif clip is not None:
         parts.append(f'<p class="note">no audio: {escape(clip.missing or "")}</p>')
-    for error in record.get("errors") or []:
-        parts.append(f'<p class="fail">error: {escape(str(error))}</p>')
+    for error in record.errors:
+        parts.append(f'<p class="fail">error: {escape(error)}</p>')
     parts.append("</section>")
     return "".join(parts)
 

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.errors import UserError
-from agent.timing.timeline import STAGE_NAMES
+from pydantic import ValidationError
 
-REQUIRED_KEYS = ("turn", "events", "stages", "voice_to_voice_ms")
+from agent.errors import UserError
+from agent.timing.record import TurnRecord
 
 
 @dataclass(frozen=True)
@@ -23,12 +23,12 @@ class Turn:
 
     run: Path
     label: str
-    record: dict[str, Any]
+    record: TurnRecord
 
     @property
     def v2v(self) -> float | None:
         """voice_to_voice in ms (None when the bot never answered)."""
-        return self.record["stages"].get("voice_to_voice")
+        return self.record.stages["voice_to_voice"]
 
 
 @dataclass(frozen=True)
@@ -39,37 +39,35 @@ class Pool:
     turns: tuple[Turn, ...]
 
     @property
-    def records(self) -> list[dict[str, Any]]:
-        """The raw turn records, as agent.timing.summary expects them."""
+    def records(self) -> list[TurnRecord]:
+        """The turn records, as agent.timing.summary expects them."""
         return [t.record for t in self.turns]
 
 
-def _number_or_null(value: Any) -> bool:
-    return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
-
-
-def _check_record(record: Any, where: str) -> dict[str, Any]:
-    if not isinstance(record, dict):
-        raise UserError(
-            f"{where}: a turn record must be a JSON object, got {type(record).__name__}"
-        )
-    missing = [k for k in REQUIRED_KEYS if k not in record]
+def record_problem(exc: ValidationError) -> str:
+    """What is wrong with a turn record, as ``<field>: <problem>`` (missing fields together)."""
+    errors = exc.errors()
+    missing = [".".join(map(str, e["loc"])) for e in errors if e["type"] == "missing"]
     if missing:
-        raise UserError(f"{where}: turn record lacks {', '.join(missing)} (not a replay run?)")
-    for key in ("events", "stages"):
-        if not isinstance(record[key], dict):
-            raise UserError(f"{where}: `{key}` must be an object of name -> ms")
-    for name in STAGE_NAMES:
-        if not _number_or_null(record["stages"].get(name)):
-            raise UserError(f"{where}: stage {name} must be a number of ms or null")
-    for name, value in record["events"].items():
-        if not _number_or_null(value):
-            raise UserError(f"{where}: event {name} must be a number of ms or null")
-    record["stages"] = {name: record["stages"].get(name) for name in STAGE_NAMES}
-    return record
+        them = "it" if len(missing) == 1 else "them"
+        return f"{', '.join(missing)}: the turn record lacks {them} (not a replay run?)"
+    first = errors[0]
+    field = ".".join(map(str, first["loc"])) or "record"
+    more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
+    return f"{field}: {first['msg']}{more}"
 
 
-def load_run(run_dir: Path) -> list[dict[str, Any]]:
+def parse_record(data: Any, where: str) -> TurnRecord:
+    """A turn record from one parsed JSON line; every problem is one UserError line."""
+    if not isinstance(data, dict):
+        raise UserError(f"{where}: a turn record must be a JSON object, got {type(data).__name__}")
+    try:
+        return TurnRecord.model_validate(data)
+    except ValidationError as exc:
+        raise UserError(f"{where}: {record_problem(exc)}") from None
+
+
+def load_run(run_dir: Path) -> list[TurnRecord]:
     """The turn records of one run folder; every problem is one UserError line."""
     if not run_dir.exists():
         hint = ""
@@ -87,10 +85,10 @@ def load_run(run_dir: Path) -> list[dict[str, Any]]:
             continue
         where = f"{turns_file} line {number}"
         try:
-            record = json.loads(line)
+            data = json.loads(line)
         except json.JSONDecodeError as exc:
             raise UserError(f"{where} is not valid JSON ({exc.msg})") from None
-        records.append(_check_record(record, where))
+        records.append(parse_record(data, where))
     if not records:
         raise UserError(f"{turns_file} has no turns: the run recorded nothing to report")
     return records
@@ -105,7 +103,7 @@ def load_runs(run_dirs: list[Path]) -> Pool:
     turns = []
     for run_dir, name in zip(run_dirs, names, strict=True):
         for record in load_run(run_dir):
-            label = f"{name}:#{record['turn']}" if several else f"#{record['turn']}"
+            label = f"{name}:#{record.turn}" if several else f"#{record.turn}"
             turns.append(Turn(run=run_dir, label=label, record=record))
     return Pool(runs=tuple(run_dirs), turns=tuple(turns))
 

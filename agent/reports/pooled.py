@@ -10,6 +10,7 @@ from typing import Any
 
 from agent.reports.load import Pool, Turn
 from agent.timing.budget import Budget
+from agent.timing.record import TurnRecord
 from agent.timing.summary import stage_stats, stage_values, summarize
 from agent.timing.timeline import GAP, STAGE_NAMES
 
@@ -34,8 +35,8 @@ def gap_values(pool: Pool) -> dict[str, list[float]]:
     values: dict[str, list[float]] = {name: [] for name in GAP_NAMES}
     for record in pool.records:
         for name in GAP_NAMES:
-            value = (record.get("gaps") or {}).get(name)
-            if isinstance(value, int | float):
+            value = record.gaps[name]
+            if value is not None:
                 values[name].append(float(value))
     return values
 
@@ -44,9 +45,10 @@ def llm_cache(pool: Pool) -> dict[str, Any]:
     """Prompt-cache use: cached_tokens / prompt_tokens over the turns that report both."""
     prompt = cached = reported = 0
     for record in pool.records:
-        llm = record.get("llm") or {}
-        p, c = llm.get("prompt_tokens"), llm.get("cached_tokens")
-        if isinstance(p, int | float) and isinstance(c, int | float) and p > 0:
+        if record.llm is None:
+            continue
+        p, c = record.llm.prompt_tokens, record.llm.cached_tokens
+        if p is not None and c is not None and p > 0:
             prompt += p
             cached += c
             reported += 1
@@ -58,10 +60,10 @@ def llm_cache(pool: Pool) -> dict[str, Any]:
     }
 
 
-def slowest_stage(record: dict[str, Any]) -> str | None:
+def slowest_stage(record: TurnRecord) -> str | None:
     """The stage (or gap) that took the most of this turn's voice-to-voice time."""
-    parts = {n: v for n, v in record["stages"].items() if n != "voice_to_voice" and v is not None}
-    parts.update({n: v for n, v in (record.get("gaps") or {}).items() if v is not None})
+    parts = {n: v for n, v in record.stages.items() if n != "voice_to_voice" and v is not None}
+    parts.update({n: v for n, v in record.gaps.items() if v is not None})
     return max(parts, key=lambda n: parts[n]) if parts else None
 
 
@@ -80,18 +82,16 @@ def pooled_summary(pool: Pool, budget: Budget, worst: int = 5) -> dict[str, Any]
     summary["stage_verdicts"] = stage_verdicts(values, budget)
     summary["gaps"] = {name: stage_stats(xs) for name, xs in gap_values(pool).items()}
     summary["llm_cache"] = llm_cache(pool)
-    summary["interruptions"] = sum(1 for r in records if r.get("interrupted"))
+    summary["interruptions"] = sum(1 for r in records if r.interrupted)
     summary["unanswered"] = [t.label for t in pool.turns if t.v2v is None]
-    summary["errors"] = [
-        {"turn": t.label, "error": e} for t in pool.turns for e in t.record.get("errors") or []
-    ]
+    summary["errors"] = [{"turn": t.label, "error": e} for t in pool.turns for e in t.record.errors]
     summary["worst_turns"] = [
         {
             "turn": t.label,
             "voice_to_voice_ms": t.v2v,
             "slowest_stage": slowest_stage(t.record),
-            "user_text": t.record.get("user_text", ""),
-            "bot_text": t.record.get("bot_text", ""),
+            "user_text": t.record.user_text,
+            "bot_text": t.record.bot_text,
         }
         for t in worst_turns(pool, worst)
     ]

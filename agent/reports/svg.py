@@ -10,11 +10,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from html import escape
-from typing import Any
 
 import numpy as np
 
 from agent.timing.budget import Budget, percentile
+from agent.timing.record import TurnRecord
 from agent.timing.timeline import GAP, PART_STAGES, REPORT_ORDER, STAGES
 
 WIDTH = 1040
@@ -107,22 +107,22 @@ def _vline(x: float, top: float, bottom: float, color: str, dash: str = "", widt
 # -- per-turn waterfall ------------------------------------------------------------------------
 
 
-def waterfall_rows(record: dict[str, Any]) -> list[tuple[str, float, float, float | None]]:
+def waterfall_rows(record: TurnRecord) -> list[tuple[str, float, float, float | None]]:
     """(name, start, end, reported ms) per bar, in ms after speech_end; [] if none can be drawn.
 
     Bars sit where their events happened, so stages and the gap line up one after the other
     and end exactly at voice_to_voice; a negative gap (a speculative LLM request) overlaps.
     """
-    events = record["events"]
-    origin = events.get("speech_end")
+    events = record.events
+    origin = events["speech_end"]
     if origin is None:
         return []
 
     def at(name: str) -> float | None:
-        value = events.get(name)
+        value = events[name]
         return None if value is None else value - origin
 
-    stages, gaps = record["stages"], record.get("gaps") or {}
+    stages, gaps = record.stages, record.gaps
     rows: list[tuple[str, float, float, float | None]] = []
     split = PART_STAGES.index("stt_final") + 1  # the gap follows the final transcript
     order = ["voice_to_voice", *PART_STAGES[:split], GAP, *PART_STAGES[split:]]
@@ -132,18 +132,18 @@ def waterfall_rows(record: dict[str, Any]) -> list[tuple[str, float, float, floa
             if None in (turn_end, final, request):
                 continue
             ready = max(turn_end, final)  # type: ignore[type-var]
-            rows.append((name, ready, request, gaps.get(name)))  # type: ignore[arg-type]
+            rows.append((name, ready, request, gaps[name]))  # type: ignore[arg-type]
             continue
         a, b = (at(e) for e in STAGES[name])
         if a is None or b is None:
             continue
         if name == "stt_final":
             b = max(a, b)  # ready before turn_end: a zero-length stage, the lead is marked
-        rows.append((name, a, b, stages.get(name)))
+        rows.append((name, a, b, stages[name]))
     return rows
 
 
-def waterfall_svg(record: dict[str, Any], budget: Budget) -> str:
+def waterfall_svg(record: TurnRecord, budget: Budget) -> str:
     """One turn's stages and gap as bars on its timeline from speech_end, with the budget line.
 
     Each turn gets its own axis (up to its slowest event, at least past the budget line), so a
@@ -160,7 +160,7 @@ def waterfall_svg(record: dict[str, Any], budget: Budget) -> str:
             f'<text x="{LABEL_W}" y="{top + 14}" fill="{BUDGET_RED}">no speech_end recorded: '
             "nothing to draw</text>"
         )
-    verdicts = record.get("budget") or {}
+    verdicts = record.budget
     for i, (name, a, b, reported) in enumerate(rows):
         y = top + i * row_h
         lo, hi = sorted((a, b))
@@ -191,8 +191,8 @@ def waterfall_svg(record: dict[str, Any], budget: Budget) -> str:
             f'<text x="{WIDTH - VALUE_W + 10}" y="{y + bar_h - 2}" fill="{colour}"{weight}>'
             f"{text}</text>"
         )
-        if name == "stt_final" and record.get("stt_lead_ms"):
-            lead = record["stt_lead_ms"]
+        if name == "stt_final" and record.stt_lead_ms:
+            lead = record.stt_lead_ms
             mx = scale(a - lead)
             parts.append(
                 f'<path d="M{mx} {y + 1} l5 6 l-5 6 l-5 -6 z" fill="{STAGE_COLORS[name]}" '
@@ -211,8 +211,8 @@ def waterfall_svg(record: dict[str, Any], budget: Budget) -> str:
         '<defs><pattern id="overlap" width="6" height="6" patternUnits="userSpaceOnUse" '
         'patternTransform="rotate(45)"><rect width="3" height="6" fill="#b8b8b8"/></pattern></defs>'
     )
-    v2v = record["stages"].get("voice_to_voice")
-    aria = f"turn {record.get('turn')} waterfall, voice to voice {_fmt(v2v) if v2v else 'none'} ms"
+    v2v = record.stages["voice_to_voice"]
+    aria = f"turn {record.turn} waterfall, voice to voice {_fmt(v2v) if v2v else 'none'} ms"
     return _svg("waterfall", bottom + 22, defs + "".join(parts), aria)
 
 
@@ -359,7 +359,7 @@ def boxplot_svg(
 
 
 def waveform_svg(
-    clip: np.ndarray, rate: int, clip_start_ms: float, record: dict[str, Any], index: int
+    clip: np.ndarray, rate: int, clip_start_ms: float, record: TurnRecord, index: int
 ) -> str:
     """Caller and bot envelopes of a turn's clip, with speech_end -> first_audio_out shaded."""
     seconds = len(clip) / rate
@@ -383,8 +383,7 @@ def waveform_svg(
             f'font-weight="600">{name}</text>'
             f'<polygon class="wave" points="{upper} {lower}" fill="{colour}"/>'
         )
-    events = record["events"]
-    start, end = events.get("speech_end"), events.get("first_audio_out")
+    start, end = record.events["speech_end"], record.events["first_audio_out"]
     bottom = top + 2 * lane + 6
     if start is not None and end is not None:
         a, b = (scale((t - clip_start_ms) / 1000.0) for t in (start, end))
@@ -402,5 +401,5 @@ def waveform_svg(
         'visibility="hidden"/>'
     )
     return _svg(
-        "waveform", bottom + 22, "".join(parts), f"turn {record.get('turn')} audio, both channels"
+        "waveform", bottom + 22, "".join(parts), f"turn {record.turn} audio, both channels"
     ).replace('class="chart"', f'class="chart" data-clip="{index}"')

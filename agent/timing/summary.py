@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent.timing.budget import Budget, rounded_percentile
+from agent.timing.record import TurnRecord
 from agent.timing.timeline import STAGE_NAMES
 
 
@@ -13,12 +14,12 @@ def ms(value: float | None) -> str:
     return "–" if value is None else f"{value:.0f}"
 
 
-def stage_values(records: list[dict[str, Any]]) -> dict[str, list[float]]:
+def stage_values(records: list[TurnRecord]) -> dict[str, list[float]]:
     """Each stage's measured values over the turns (stages that did not happen are skipped)."""
     values: dict[str, list[float]] = {name: [] for name in STAGE_NAMES}
     for record in records:
         for name in STAGE_NAMES:
-            value = record["stages"].get(name)
+            value = record.stages[name]
             if value is not None:
                 values[name].append(value)
     return values
@@ -34,14 +35,14 @@ def stage_stats(xs: list[float]) -> dict[str, Any]:
     }
 
 
-def summarize(records: list[dict[str, Any]], budget: Budget) -> dict[str, Any]:
+def summarize(records: list[TurnRecord], budget: Budget) -> dict[str, Any]:
     """summary.json: p50/p95/max per stage, the budget used and the verdict."""
     values = stage_values(records)
     stages = {name: stage_stats(xs) for name, xs in values.items()}
     violations = budget.check(values)
     return {
         "turns": len(records),
-        "answered_turns": sum(1 for r in records if r["stages"]["voice_to_voice"] is not None),
+        "answered_turns": sum(1 for r in records if r.stages["voice_to_voice"] is not None),
         "stages": stages,
         "budget": {
             "profile": budget.name,

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from agent.errors import UserError
+from agent.timing.record import LLMUsage, TurnRecord
 from agent.timing.timeline import GAP, STAGES
 
 if TYPE_CHECKING:
@@ -42,18 +43,18 @@ def _ns(wall_t0_ns: int, at_ms: float) -> int:
     return wall_t0_ns + round(at_ms * 1_000_000)
 
 
-def stage_intervals(record: dict[str, Any]) -> dict[str, tuple[float, float]]:
+def stage_intervals(record: TurnRecord) -> dict[str, tuple[float, float]]:
     """(start, end) in call-clock ms of every stage that happened, and of the gap.
 
     A stage starts at its ``from`` event and lasts its recorded value (so a ``stt_final``
     that was ready early is a zero-length span at ``turn_end``). The gap ends at the LLM
     request; a negative one (speculative request) runs from the request to the transcript.
     """
-    events = record["events"]
-    spans = [(name, events[start], record["stages"][name]) for name, (start, _) in STAGES.items()]
-    gap = record["gaps"].get(GAP)
-    if gap is not None and events.get("llm_request") is not None:
-        spans.append((GAP, events["llm_request"] - gap, gap))
+    events = record.events
+    spans = [(name, events[start], record.stages[name]) for name, (start, _) in STAGES.items()]
+    gap, request = record.gaps[GAP], events["llm_request"]
+    if gap is not None and request is not None:
+        spans.append((GAP, request - gap, gap))
     return {
         name: (min(at, at + ms), max(at, at + ms))
         for name, at, ms in spans
@@ -61,31 +62,33 @@ def stage_intervals(record: dict[str, Any]) -> dict[str, tuple[float, float]]:
     }
 
 
-def turn_attributes(record: dict[str, Any], call_id: str | None) -> dict[str, Any]:
+def turn_attributes(record: TurnRecord, call_id: str | None) -> dict[str, Any]:
     """What a trace backend may know about a turn: numbers and sizes, never what was said."""
-    llm = record.get("llm") or {}
+    llm = record.llm or LLMUsage()  # no usage reported: no token counts
     attributes = {
         "call.id": call_id,
-        "turn.number": record["turn"],
-        "turn.input": record.get("input"),
-        "turn.user_text_chars": len(record.get("user_text") or ""),
-        "turn.voice_to_voice_ms": record.get("voice_to_voice_ms"),
-        "turn.interrupted": record.get("interrupted", False),
-        "turn.barge_in_ms": record.get("barge_in_ms"),
-        "turn.stt_lead_ms": record.get("stt_lead_ms"),
-        "turn.errors": len(record.get("errors") or []),
-        **{f"llm.{k}": llm.get(k) for k in ("prompt_tokens", "cached_tokens", "completion_tokens")},
+        "turn.number": record.turn,
+        "turn.input": record.input,
+        "turn.user_text_chars": len(record.user_text),
+        "turn.voice_to_voice_ms": record.voice_to_voice_ms,
+        "turn.interrupted": record.interrupted,
+        "turn.barge_in_ms": record.barge_in_ms,
+        "turn.stt_lead_ms": record.stt_lead_ms,
+        "turn.errors": len(record.errors),
+        "llm.prompt_tokens": llm.prompt_tokens,
+        "llm.cached_tokens": llm.cached_tokens,
+        "llm.completion_tokens": llm.completion_tokens,
     }
     return {k: v for k, v in attributes.items() if v is not None}
 
 
 def record_turn(
-    tracer: Tracer, record: dict[str, Any], wall_t0_ns: int, call_id: str | None = None
+    tracer: Tracer, record: TurnRecord, wall_t0_ns: int, call_id: str | None = None
 ) -> None:
     """Emit one turn record as a ``turn`` span and its stage spans (nothing if it has no event)."""
     from opentelemetry import trace
 
-    times = [t for t in record["events"].values() if t is not None]
+    times = [t for t in record.events.values() if t is not None]
     if not times:
         return
     turn = tracer.start_span(
@@ -93,12 +96,11 @@ def record_turn(
         attributes=turn_attributes(record, call_id),
     )  # fmt: skip
     inside = trace.set_span_in_context(turn)
-    verdicts = record.get("budget") or {}
     for name, (start, end) in stage_intervals(record).items():
-        value = record["gaps"][GAP] if name == GAP else record["stages"][name]
+        value = record.gaps[GAP] if name == GAP else record.stages[name]
         attributes: dict[str, Any] = {"stage.ms": value}
-        if verdicts.get(name) is not None:
-            attributes["budget.verdict"] = verdicts[name]
+        if (verdict := record.budget.get(name)) is not None:
+            attributes["budget.verdict"] = verdict
         span = tracer.start_span(
             name, context=inside, start_time=_ns(wall_t0_ns, start), attributes=attributes
         )
@@ -114,7 +116,7 @@ class TurnTracer:
         self._tracer = provider.get_tracer("voice-agent")
 
     def export(
-        self, records: list[dict[str, Any]], wall_t0_ns: int, *, call_id: str | None = None
+        self, records: list[TurnRecord], wall_t0_ns: int, *, call_id: str | None = None
     ) -> None:
         for record in records:
             record_turn(self._tracer, record, wall_t0_ns, call_id)

@@ -9,7 +9,6 @@ lands on the turn that was being answered, not on the new one.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from pipecat.frames.frames import (
     LLMTextFrame,
@@ -31,6 +30,7 @@ from agent.frames import (
     TurnEndReasonFrame,
 )
 from agent.timing.budget import Budget
+from agent.timing.record import LLMUsage, TurnRecord
 from agent.timing.timeline import EVENTS, stages_and_gaps
 
 USER_EVENTS = {"speech_start", "speech_end", "turn_end", "stt_final"}
@@ -59,32 +59,32 @@ class Turn:
     spoken_text: str = ""
     events: dict[str, float | None] = field(default_factory=lambda: dict.fromkeys(EVENTS))
     exact: set[str] = field(default_factory=set)
-    llm: dict[str, Any] = field(default_factory=dict)
+    llm: LLMUsage | None = None
     errors: list[str] = field(default_factory=list)
     end_reason: str | None = None
     end_value: float | None = None
 
-    def record(self, budget: Budget | None) -> dict[str, Any]:
-        """The turn record of the record contract (docs/design.md)."""
+    def record(self, budget: Budget | None) -> TurnRecord:
+        """The turn record of the record contract (docs/design.md), as it stands now."""
         stages, gaps, lead = stages_and_gaps(self.events)
-        return {
-            "turn": self.number,
-            "input": self.input,
-            "user_text": self.user_text.strip(),
-            "bot_text": " ".join(self.bot_text.split()),
-            "spoken_text": " ".join(self.spoken_text.split()),
-            "events": dict(self.events),
-            "stages": stages,
-            "gaps": gaps,
-            "stt_lead_ms": lead,
-            "voice_to_voice_ms": stages["voice_to_voice"],
-            "llm": self.llm,
-            "budget": budget.turn_verdicts(stages) if budget else {},
-            "interrupted": self.events["interrupted"] is not None,
-            "turn_end_reason": self.end_reason,
-            "turn_end_value": self.end_value,
-            "errors": self.errors,
-        }
+        return TurnRecord(
+            turn=self.number,
+            input=self.input,
+            user_text=self.user_text.strip(),
+            bot_text=" ".join(self.bot_text.split()),
+            spoken_text=" ".join(self.spoken_text.split()),
+            events=dict(self.events),
+            stages=stages,
+            gaps=gaps,
+            stt_lead_ms=lead,
+            voice_to_voice_ms=stages["voice_to_voice"],
+            llm=self.llm,
+            budget=budget.turn_verdicts(stages) if budget else {},
+            interrupted=self.events["interrupted"] is not None,
+            turn_end_reason=self.end_reason,
+            turn_end_value=self.end_value,
+            errors=list(self.errors),
+        )
 
 
 class TurnTimer(BaseObserver):
@@ -127,7 +127,7 @@ class TurnTimer(BaseObserver):
         if exact:
             turn.exact.add(event)
 
-    def records(self) -> list[dict[str, Any]]:
+    def records(self) -> list[TurnRecord]:
         """All turn records so far."""
         return [t.record(self._budget) for t in self.turns]
 
@@ -170,14 +170,14 @@ class TurnTimer(BaseObserver):
         elif isinstance(frame, LLMUsageFrame):
             turn = self._bot_turn()
             if turn:
-                turn.llm = {
-                    "prompt_tokens": frame.prompt_tokens,
-                    "cached_tokens": frame.cached_tokens,
-                    "completion_tokens": frame.completion_tokens,
-                    "itl_ms": frame.itl_ms,
-                    "speculative": frame.speculative,
-                    "speculation_misses": frame.speculation_misses,
-                }
+                turn.llm = LLMUsage(
+                    prompt_tokens=frame.prompt_tokens,
+                    cached_tokens=frame.cached_tokens,
+                    completion_tokens=frame.completion_tokens,
+                    itl_ms=frame.itl_ms,
+                    speculative=frame.speculative,
+                    speculation_misses=frame.speculation_misses,
+                )
                 if frame.error:
                     turn.errors.append(frame.error)
         elif isinstance(frame, StageErrorFrame):

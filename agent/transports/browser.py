@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 from loguru import logger
+from pydantic import BaseModel
 from websockets.asyncio.connection import Connection
 from websockets.exceptions import ConnectionClosed
 
@@ -24,6 +25,13 @@ from agent.redact import Warn, clip_text
 from agent.transports.live import LiveInput, LiveOutput
 
 MAX_QUEUED_EVENTS = 1000
+
+
+def _as_json(value: Any) -> Any:
+    """Models in events (a ``turn`` event's record) become JSON only here, on the wire."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 class BrowserInput(LiveInput):
@@ -85,7 +93,7 @@ class EventSender:
     async def _drain(self) -> None:
         while (event := await self._queue.get()) is not None:
             try:
-                await self._ws.send(json.dumps(event))
+                await self._ws.send(json.dumps(event, default=_as_json))
             except ConnectionClosed:
                 return
 

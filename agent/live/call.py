@@ -46,7 +46,7 @@ from agent.pipeline import AgentModels, build_pipeline, run_pipeline
 from agent.settings import Settings
 from agent.timing.budget import Budget
 from agent.timing.record import TurnRecord, jsonl
-from agent.timing.summary import summarize
+from agent.timing.summary import ms, summarize
 from agent.timing.tracing import TurnTracer, turn_tracer
 from agent.timing.turn_timer import Turn, TurnTimer
 from agent.transports.live import LiveInput, LiveOutput
@@ -103,14 +103,10 @@ def rolling_summary(call_id: str, records: list[TurnRecord], budget: Budget) -> 
 
 def summary_line(event: Event) -> str:
     """The ``rolling summary:`` log line of a ``summary`` event."""
-
-    def ms(value: float | None) -> str:
-        return "n/a" if value is None else f"{value:.1f} ms"
-
     return (
         f"rolling summary: call {event['call']}, {event['turns']} turns "
-        f"({event['answered']} answered), voice_to_voice p50 {ms(event['p50_ms'])} "
-        f"p95 {ms(event['p95_ms'])}, {event['over_budget']} over the "
+        f"({event['answered']} answered), voice_to_voice p50 {ms(event['p50_ms'], 1)} ms "
+        f"p95 {ms(event['p95_ms'], 1)} ms, {event['over_budget']} over the "
         f"{event['budget_ms']:.0f} ms budget"
     )
 

@@ -9,9 +9,9 @@ from agent.timing.record import TurnRecord
 from agent.timing.timeline import STAGE_NAMES
 
 
-def ms(value: float | None) -> str:
-    """A duration in whole ms, or a dash when it did not happen."""
-    return "–" if value is None else f"{value:.0f}"
+def ms(value: float | None, digits: int = 0) -> str:
+    """A duration in ms (whole by default), or a dash when it did not happen."""
+    return "–" if value is None else f"{value:.{digits}f}"
 
 
 def stage_values(records: list[TurnRecord]) -> dict[str, list[float]]:

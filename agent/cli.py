@@ -26,6 +26,7 @@ from agent.cli_support import (
     Pace,
     PaceOpt,
     llm_flags,
+    run_with_models,
     settings_from_flags,
     user_errors,
 )
@@ -80,7 +81,6 @@ def replay(
 ) -> None:
     """Play recorded turns through one call and time every stage."""
     from agent.clock import clock_for
-    from agent.pipeline import AgentModels, llm_engine
     from agent.replay import load_turns, paced_settings, replay_call
 
     settings = settings_from_flags(
@@ -94,16 +94,13 @@ def replay(
     settings = paced_settings(settings, pace)
     the_budget = load_budget(settings.budget_file, settings.budget_profile)
     turns = load_turns(inputs, settings.sample_rate)
-    with err.status("loading models and starting the LLM engine…") as status:
-        models = AgentModels.load(settings)
-        with llm_engine(settings) as engine:
-            status.update(f"replaying {len(turns)} turn(s) at {pace} pace…")
-            result = asyncio.run(
-                replay_call(
-                    turns, out_dir, settings=settings, models=models, engine=engine,
-                    budget=the_budget, clock=clock_for(pace), greeting=greeting,
-                )
-            )  # fmt: skip
+    result = run_with_models(
+        settings, f"replaying {len(turns)} turn(s) at {pace} pace…",
+        lambda models, engine: replay_call(
+            turns, out_dir, settings=settings, models=models, engine=engine,
+            budget=the_budget, clock=clock_for(pace), greeting=greeting,
+        ),
+    )  # fmt: skip
     _print_turns(result.records, out_dir)
     _print_verdict(result.summary)
     if check and result.summary["verdict"] != "pass":

@@ -6,17 +6,25 @@ live calls) can import it without a circular import.
 
 from __future__ import annotations
 
+import asyncio
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
+from rich.console import Console
 
 from agent.errors import UserError
 from agent.redact import redact_text
 from agent.settings import Settings, load_settings
+
+if TYPE_CHECKING:
+    from agent.llm.engines import ChatEngine
+    from agent.pipeline import AgentModels
+
+T = TypeVar("T")
 
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", help="YAML settings file (see `voice-agent config`).")
@@ -81,6 +89,22 @@ def settings_from_flags(config: Path | None, **flags: Any) -> Settings:
         else:
             nested[section] = value
     return load_settings(config, **nested)
+
+
+def run_with_models(
+    settings: Settings,
+    doing: str,
+    work: Callable[[AgentModels, ChatEngine], Coroutine[Any, Any, T]],
+) -> T:
+    """Load the models and start the LLM engine, then run ``work`` on them, with a status
+    line on stderr throughout, since loading takes long enough to look like a hang."""
+    from agent.pipeline import AgentModels, llm_engine
+
+    with Console(stderr=True).status("loading models and starting the LLM engine…") as status:
+        models = AgentModels.load(settings)
+        with llm_engine(settings) as engine:
+            status.update(doing)
+            return asyncio.run(work(models, engine))
 
 
 def llm_flags(

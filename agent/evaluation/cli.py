@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -12,18 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agent.cli_support import (
-    AsrModelOpt,
-    ConfigOpt,
-    LlmEngineOpt,
-    LlmModelOpt,
-    LlmUrlOpt,
-    Pace,
-    PaceOpt,
-    llm_flags,
-    settings_from_flags,
-    user_errors,
-)
+from agent import cli_support as opts
 from agent.evaluation.html import eval_section, pct
 from agent.reports.markdown import ms
 
@@ -36,7 +24,6 @@ class Line(StrEnum):
 
 
 out = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True)
 
 
 def print_eval(report: dict[str, Any]) -> None:
@@ -80,7 +67,7 @@ def print_eval(report: dict[str, Any]) -> None:
 
 def register(app: typer.Typer) -> None:
     @app.command("eval")
-    @user_errors
+    @opts.user_errors
     def eval_(
         manifests: Annotated[
             list[Path], typer.Argument(help="JSON-lines manifests: file, text[, expect_turns].")
@@ -89,7 +76,7 @@ def register(app: typer.Typer) -> None:
         per_clip: Annotated[
             bool, typer.Option("--per-clip", help="One call per clip (default: one call).")
         ] = False,
-        pace: PaceOpt = Pace.realtime,
+        pace: opts.PaceOpt = opts.Pace.realtime,
         line: Annotated[
             Line, typer.Option(help="phone: every clip through the phone codec (8 kHz mu-law).")
         ] = Line.wideband,
@@ -100,40 +87,35 @@ def register(app: typer.Typer) -> None:
             Path | None, typer.Option(help="Budget file with an eval: section.")
         ] = None,
         profile: Annotated[str | None, typer.Option(help="Budget profile (e.g. cpu, gpu).")] = None,
-        config: ConfigOpt = None,
-        llm_url: LlmUrlOpt = None,
-        llm_model: LlmModelOpt = None,
-        llm_engine_name: LlmEngineOpt = None,
-        asr_model: AsrModelOpt = None,
+        config: opts.ConfigOpt = None,
+        llm_url: opts.LlmUrlOpt = None,
+        llm_model: opts.LlmModelOpt = None,
+        llm_engine_name: opts.LlmEngineOpt = None,
+        asr_model: opts.AsrModelOpt = None,
     ) -> None:
         """Replay every clip of the manifests and grade what the agent heard, when it spoke
         and what it said (WER vs offline Whisper, splits, cut-offs, voice-to-voice, answers)."""
         from agent.evaluation.manifest import load_manifest
         from agent.evaluation.run import evaluate
-        from agent.pipeline import AgentModels, llm_engine
         from agent.replay import paced_settings
         from agent.reports.cli import Format, write_reports
         from agent.timing.budget import load_budget, load_eval_limits
 
-        settings = settings_from_flags(
+        settings = opts.settings_from_flags(
             config, budget_file=budget, budget_profile=profile,
-            **llm_flags(llm_url, llm_model, llm_engine_name), asr__model=asr_model,
+            **opts.llm_flags(llm_url, llm_model, llm_engine_name), asr__model=asr_model,
         )  # fmt: skip
         settings = paced_settings(settings, pace)
         the_budget = load_budget(settings.budget_file, settings.budget_profile)
         limits = load_eval_limits(settings.budget_file)
         clips = [clip for m in manifests for clip in load_manifest(m)]
-        with err.status("loading models and starting the LLM engine…") as status:
-            models = AgentModels.load(settings)
-            with llm_engine(settings) as engine:
-                status.update(f"replaying {len(clips)} clip(s) at {pace} pace…")
-                report = asyncio.run(
-                    evaluate(
-                        clips, out_dir, settings=settings, models=models, engine=engine,
-                        budget=the_budget, limits=limits, pace=pace, per_clip=per_clip,
-                        line=line,
-                    )
-                )  # fmt: skip
+        report = opts.run_with_models(
+            settings, f"replaying {len(clips)} clip(s) at {pace} pace…",
+            lambda models, engine: evaluate(
+                clips, out_dir, settings=settings, models=models, engine=engine,
+                budget=the_budget, limits=limits, pace=pace, per_clip=per_clip, line=line,
+            ),
+        )  # fmt: skip
         write_reports(
             [out_dir], the_budget, out_dir, [Format.html, Format.md], audio=not per_clip,
             extra_html=eval_section(report),

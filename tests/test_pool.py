@@ -25,7 +25,7 @@ from websockets.exceptions import InvalidStatus
 
 from agent.audio import load_audio
 from agent.live.pool import Pool, Worker
-from agent.llm.llama_server import free_port
+from agent.net import free_port
 from agent.settings import Settings
 from benchmarks.caller import PhoneCaller
 from tests.conftest import SAMPLES

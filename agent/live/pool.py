@@ -29,7 +29,8 @@ from agent import model_store
 from agent.errors import UserError
 from agent.live.haproxy import Haproxy, haproxy_binary
 from agent.live.health import HEALTHZ, READYZ
-from agent.llm.llama_server import LlamaServer, free_port
+from agent.llm.llama_server import LlamaServer
+from agent.net import free_port
 from agent.settings import Settings
 
 STARTUP_TIMEOUT_SECS = 300  # model loading on a busy 2-core machine

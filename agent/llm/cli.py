@@ -7,7 +7,6 @@ to look at its log. ``--print-command`` shows the exact command line and starts 
 
 from __future__ import annotations
 
-import ipaddress
 import shlex
 import subprocess
 import time
@@ -23,6 +22,7 @@ from agent.cli_support import ConfigOpt, settings_from_flags, user_errors
 from agent.errors import UserError
 from agent.llm.llama_server import LlamaServer
 from agent.llm.vllm_server import VllmServer
+from agent.net import is_loopback
 
 llm_app = typer.Typer(help="LLM servers: run vLLM or llama.cpp's OpenAI server in the foreground.")
 
@@ -30,13 +30,6 @@ llm_app = typer.Typer(help="LLM servers: run vLLM or llama.cpp's OpenAI server i
 class ServeEngine(StrEnum):
     vllm = "vllm"
     llama_server = "llama-server"
-
-
-def _loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
 
 
 def _llama_command(cmd: list[str], host: str, python: Path | None) -> list[str]:
@@ -123,7 +116,7 @@ def serve(
     if print_command:
         typer.echo(shlex.join(cmd))
         return
-    if not _loopback(host):
+    if not is_loopback(host):
         typer.echo(f"warning: {host} is not loopback and the server asks for no key", err=True)
     if engine is ServeEngine.vllm:
         server.check()

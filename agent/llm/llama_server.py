@@ -8,7 +8,6 @@ It takes requests with its own random ``api_key`` only, and writes its output to
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -25,15 +24,10 @@ from agent.llm.local_server import (
     open_log,
     terminate,
 )
+from agent.net import free_port
 from agent.settings import LLMSettings
 
 STARTUP_TIMEOUT_SECS = 120
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class LlamaServer:

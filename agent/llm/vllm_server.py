@@ -24,7 +24,6 @@ import httpx
 
 from agent import model_store
 from agent.errors import UserError
-from agent.llm.llama_server import free_port
 from agent.llm.local_server import (
     auth_headers,
     last_log_line,
@@ -32,6 +31,7 @@ from agent.llm.local_server import (
     open_log,
     terminate,
 )
+from agent.net import free_port
 from agent.settings import LLMSettings
 
 # First start compiles the model with torch.compile (about 2.5 minutes on 2 cores, cached

@@ -30,6 +30,7 @@ from agent.errors import UserError
 from agent.live.haproxy import Haproxy, haproxy_binary
 from agent.live.health import HEALTHZ, READYZ
 from agent.llm.llama_server import LlamaServer
+from agent.llm.local_server import wait_until_ready
 from agent.net import free_port
 from agent.settings import Settings
 
@@ -89,15 +90,9 @@ class Worker:
             return None
 
     def wait_healthy(self, timeout: float = STARTUP_TIMEOUT_SECS) -> None:
-        deadline = time.monotonic() + timeout
-        while self.probe(HEALTHZ) != 200:
-            assert self.process is not None
-            if self.process.poll() is not None:
-                raise UserError(f"worker {self.index} exited with status "
-                                f"{self.process.returncode} while starting")  # fmt: skip
-            if time.monotonic() > deadline:
-                raise UserError(f"worker {self.index} did not answer within {timeout:g} s")
-            time.sleep(0.5)
+        assert self.process is not None, "not started"
+        wait_until_ready(self.process, lambda: self.probe(HEALTHZ) == 200,
+                         name=f"worker {self.index}", timeout=timeout, interval=0.5)  # fmt: skip
 
 
 class Pool:

@@ -68,6 +68,14 @@ def test_bad_input_is_one_line(flags, token, says):
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
+def test_a_worker_is_given_the_pools_config_file(tmp_path):
+    """The config file goes to each worker on its command line (nothing exports it)."""
+    config = tmp_path / "agent.yaml"
+    command = Worker(0, 8000, tmp_path / "calls", {}, config=config).command()
+    assert command[-2:] == ["--config", str(config)]
+    assert "--config" not in Worker(0, 8000, tmp_path / "calls", {}).command()
+
+
 def caller(pool: Pool) -> PhoneCaller:
     """A phone call to the pool's one address, with the token as Twilio would pass it."""
     return PhoneCaller(f"ws://127.0.0.1:{pool.port}/phone", parameters={"token": TOKEN})

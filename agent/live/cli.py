@@ -179,7 +179,7 @@ def pool(
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopping.set())
     with Pool(settings, workers=workers, host=host, port=port, calls_dir=calls_dir, cpus=cpus,
-              say=lambda line: typer.echo(line)) as running:  # fmt: skip
+              config=config, say=lambda line: typer.echo(line)) as running:  # fmt: skip
         while not stopping.wait(1.0):
             running.restart_exited()
         typer.echo("stopping: draining the workers", err=True)

@@ -63,6 +63,7 @@ class Worker:
     calls_dir: Path
     env: dict[str, str]
     cpus: str | None = None
+    config: Path | None = None  # the pool's --config: the worker reads the same file
     process: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
@@ -75,8 +76,9 @@ class Worker:
 
     def command(self) -> list[str]:
         pin = ["taskset", "-c", self.cpus] if self.cpus else []
+        config = ["--config", str(self.config)] if self.config else []
         return [*pin, sys.executable, "-m", "agent.cli", "serve", "--port", str(self.port),
-                "--calls-dir", str(self.calls_dir)]  # fmt: skip
+                "--calls-dir", str(self.calls_dir), *config]  # fmt: skip
 
     def start(self) -> None:
         # Its own session: a Ctrl-C meant for the pool reaches the worker as a drain.
@@ -107,6 +109,7 @@ class Pool:
         port: int,
         calls_dir: Path,
         cpus: list[str] | None = None,
+        config: Path | None = None,
         say: Callable[[str], None] = print,
     ) -> None:
         if workers < 1:
@@ -132,8 +135,8 @@ class Pool:
                "VOICE_AGENT_SERVE_MAX_CALLS": str(settings.serve_max_calls),
                "VOICE_AGENT_SERVE_DRAIN_SECS": str(settings.serve_drain_secs)}  # fmt: skip
         self.workers = [
-            Worker(i, free_port(), calls_dir / f"worker-{i}", env, cpus[i % len(cpus)] if cpus
-                   else None)
+            Worker(i, free_port(), calls_dir / f"worker-{i}", env,
+                   cpus[i % len(cpus)] if cpus else None, config)
             for i in range(workers)
         ]  # fmt: skip
         for worker in self.workers:

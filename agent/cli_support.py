@@ -35,6 +35,7 @@ LlmEngineOpt = Annotated[
     ),
 ]
 
+
 class Pace(StrEnum):
     """How a replay feeds its audio (see agent.clock)."""
 

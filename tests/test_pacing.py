@@ -36,8 +36,12 @@ async def test_a_barge_in_stops_the_bot_where_the_listener_is(tmp_path: Path) ->
     clock, recorder = CallClock(), CallRecorder(RATE)
     down, _ = await run_test(
         PacedOutput(clock, recorder, rate=RATE),
-        frames_to_send=[bot_audio(1.0), SleepFrame(sleep=0.3), InterruptionFrame(),
-                        SleepFrame(sleep=0.1)],  # fmt: skip
+        frames_to_send=[
+            bot_audio(1.0),
+            SleepFrame(sleep=0.3),
+            InterruptionFrame(),
+            SleepFrame(sleep=0.1),
+        ],
     )
     # (a starved event loop may write late: the speaker then starts a new stretch)
     first, (cut,) = events(down, "first_audio_out")[0], events(down, "interrupted")
@@ -50,9 +54,14 @@ async def test_a_hold_pauses_the_bot_and_its_release_resumes_the_answer() -> Non
     clock, recorder = CallClock(), CallRecorder(RATE)
     down, _ = await run_test(
         PacedOutput(clock, recorder, rate=RATE),
-        frames_to_send=[bot_audio(0.6), SleepFrame(sleep=0.2), HoldBotAudioFrame(hold=True),
-                        SleepFrame(sleep=0.4), HoldBotAudioFrame(hold=False),
-                        SleepFrame(sleep=0.8)],  # fmt: skip
+        frames_to_send=[
+            bot_audio(0.6),
+            SleepFrame(sleep=0.2),
+            HoldBotAudioFrame(hold=True),
+            SleepFrame(sleep=0.4),
+            HoldBotAudioFrame(hold=False),
+            SleepFrame(sleep=0.8),
+        ],
     )
     first, end = events(down, "first_audio_out")[0], events(down, "bot_audio_end")[-1]
     assert end - first >= 600 + 300  # all of it played, the hold's pause in between

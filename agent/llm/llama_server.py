@@ -51,8 +51,8 @@ class LlamaServer(LocalServer):
         ]  # fmt: skip
 
     def start(self) -> LlamaServer:
-        # its settings read the environment
-        self._spawn(self.command(), None, "llama-server-",
+        # The same log file on a restart; the key in the environment, which its settings read.
+        self._spawn(self.command(), self.log_path, "llama-server-",
                     env={**os.environ, "API_KEY": self.api_key})  # fmt: skip
         self._wait_ready(lambda: self.healthy(timeout=1), STARTUP_TIMEOUT_SECS, interval=0.2)
         return self

@@ -43,6 +43,7 @@ LlmEngineOpt = Annotated[
     ),
 ]
 
+
 class Pace(StrEnum):
     """How a replay feeds its audio (see agent.clock)."""
 

@@ -8,6 +8,7 @@ file (``--config`` or ``VOICE_AGENT_CONFIG``), then the defaults, which work off
 from __future__ import annotations
 
 import os
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
@@ -362,14 +363,20 @@ class Settings(BaseSettings):
         return init_settings, env_settings, _ConfigFileSource(settings_cls)
 
 
+# The config file ``load_settings`` was given, for the one Settings it builds: passed down
+# to the source, never through os.environ, so one command's --config leaks into nothing else.
+_CONFIG_FILE: ContextVar[Path | None] = ContextVar("config_file", default=None)
+
+
 class _ConfigFileSource(PydanticBaseSettingsSource):
-    """Values from the YAML file named by VOICE_AGENT_CONFIG (set by ``--config``)."""
+    """Values from the YAML file given to ``load_settings`` (``--config``), or else the one
+    VOICE_AGENT_CONFIG names."""
 
     def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
         return None, field_name, False
 
     def __call__(self) -> dict[str, Any]:
-        path = os.environ.get("VOICE_AGENT_CONFIG")
+        path = _CONFIG_FILE.get() or os.environ.get("VOICE_AGENT_CONFIG")
         if not path:
             return {}
         return read_config_file(Path(path))
@@ -391,8 +398,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
 
 def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
     """Build the settings, reporting validation errors as one line each."""
-    if config is not None:
-        os.environ["VOICE_AGENT_CONFIG"] = str(config)
+    token = _CONFIG_FILE.set(config)
     try:
         return Settings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
@@ -402,3 +408,5 @@ def load_settings(config: Path | None = None, **overrides: Any) -> Settings:
         raise UserError(
             f"bad settings ({problems}): fix the config file, environment or flag"
         ) from None
+    finally:
+        _CONFIG_FILE.reset(token)

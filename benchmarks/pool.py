@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.live.pool import Pool, parse_cpus
-from agent.llm.llama_server import free_port
+from agent.net import free_port
 from agent.settings import load_settings
 from agent.timing.budget import rounded_percentile
 from benchmarks.results import write_json

@@ -35,7 +35,7 @@ import numpy as np
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from agent.audio import speech_bounds
-from agent.llm.llama_server import free_port
+from agent.net import free_port
 from agent.timing.budget import rounded_percentile
 from benchmarks.caller import PhoneCaller
 from benchmarks.clips import CLIPS, load_clip

@@ -40,7 +40,6 @@ from benchmarks.stock_pipecat import build_stock_pipeline
 ROOT = Path(__file__).resolve().parents[1]
 
 
-
 def warm_server(server: LlamaServer, system_prompt: str) -> None:
     """One short request with the system prompt, as a deployed server would have had.
 

@@ -111,8 +111,6 @@ SCRIPTED_TURNS = (
 )
 
 
-
-
 def scripted_run(out: Path, budget: Budget) -> Path:
     """A run folder of the record contract (turns.jsonl, summary.json, call.wav), written
     from ``SCRIPTED_TURNS`` by the replay's own record code, for report tests without models."""

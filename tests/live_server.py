@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from agent.live.call import Runtime
 from agent.live.server import CallServer, serve_calls
-from agent.llm.llama_server import free_port
+from agent.net import free_port
 
 T = TypeVar("T")
 

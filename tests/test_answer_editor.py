@@ -210,7 +210,7 @@ async def test_every_request_sends_the_configured_decoding_options():
     )
 
 
-def test_the_persona_comes_from_the_config_file(tmp_path, monkeypatch):
+def test_the_persona_comes_from_the_config_file(tmp_path):
     config = tmp_path / "persona.yaml"
     config.write_text(
         "llm:\n"
@@ -219,9 +219,6 @@ def test_the_persona_comes_from_the_config_file(tmp_path, monkeypatch):
         "  greeting: Hotel Aurora, {bot_name} speaking.\n"
         "  fallback_line: Sorry, could you repeat that?\n"
     )
-    # load_settings exports the config path for child processes: undone after the test, or
-    # every later test in this process would speak this persona
-    monkeypatch.setenv("VOICE_AGENT_CONFIG", str(config))
     s = load_settings(config).llm
     assert s.system_prompt == "You are Juno, the front desk of a small hotel."
     assert s.greeting == "Hotel Aurora, Juno speaking."

@@ -14,7 +14,7 @@ import json
 import os
 import signal
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -281,27 +281,45 @@ async def test_caller_hanging_up_mid_answer_stops_decoding_and_frees_the_call(se
     assert ended["end_reason"] == "the client closed the connection"
 
 
+async def fault_then_recovery(
+    served: InProcessServer,
+    fault: Callable[[bool], None],
+    recorded: Callable[[list[dict]], bool],
+    limit_secs: float,
+) -> tuple[list[dict], int]:
+    """One call: a question asked with ``fault(True)``, then, once ``recorded`` holds of the
+    call's turn records, one asked with ``fault(False)``. The call's turn records, and how
+    many media messages came before the second question."""
+    async with PhoneCaller(served.url("/phone")) as phone:
+        await asyncio.sleep(0.5)
+        fault(True)
+        asked = phone.speak(question())
+        await asked.done.wait()
+        folder = served.calls("phone")[-1]
+
+        def written() -> bool:
+            return (folder / "turns.jsonl").exists() and recorded(turn_records(folder))
+
+        assert await wait_until(written, limit_secs), "the faulty turn was never recorded"
+        fault(False)
+        media = len(phone.events("media"))
+        assert await ask(phone, question("new_home_in_the_stars.wav")) is not None
+        assert await phone.wait_quiet(1.0, 60)
+        assert await phone.hang_up(30)
+    return turn_records(folder), media
+
+
 async def test_synthesiser_fault_skips_speech_and_the_call_goes_on(short):
     served, _ = short
     voice = served.server.runtime.models.voice
     assert isinstance(voice, FaultInjectedVoice)
-    async with PhoneCaller(served.url("/phone")) as phone:
-        await asyncio.sleep(0.5)
-        voice.fail_next = 1000  # every phrase of the first answer
-        asked = phone.speak(question())
-        await asked.done.wait()
 
-        def first_turn_written() -> bool:
-            folder = served.calls("phone")[-1]
-            return (folder / "turns.jsonl").exists() and bool(turn_records(folder))
+    def fail_every_phrase(on: bool) -> None:
+        voice.fail_next = 1000 if on else 0  # every phrase of the first answer
 
-        assert await wait_until(first_turn_written, 60), "the unspoken answer never ended"
-        voice.fail_next = 0
-        assert voice.failed > 0 and not phone.events("media"), "audio from a failing voice"
-        assert await ask(phone, question("new_home_in_the_stars.wav")) is not None
-        assert await phone.wait_quiet(1.0, 60)
-        assert await phone.hang_up(30)
-    failed, spoken = turn_records(served.calls("phone")[-1])[:2]
+    records, media = await fault_then_recovery(served, fail_every_phrase, bool, 60)
+    assert voice.failed > 0 and not media, "audio from a failing voice"
+    failed, spoken = records[:2]
     assert any(e.startswith("tts: RuntimeError: injected") for e in failed["errors"]), failed
     assert failed["events"]["first_audio_out"] is None
     assert spoken["events"]["first_audio_out"] is not None and not spoken["errors"], spoken
@@ -311,23 +329,14 @@ async def test_recogniser_fault_is_recorded_and_the_next_turn_is_heard(short):
     served, _ = short
     decoder = served.server.runtime.models.decoder
     assert isinstance(decoder, FaultInjectedDecoder)
-    async with PhoneCaller(served.url("/phone")) as phone:
-        await asyncio.sleep(0.5)
-        decoder.failing = True
-        asked = phone.speak(question())
-        await asked.done.wait()
-        folder = served.calls("phone")[-1]
 
-        def failure_recorded() -> bool:
-            turns = folder / "turns.jsonl"
-            return turns.exists() and any(r["errors"] for r in turn_records(folder))
+    def fail(on: bool) -> None:
+        decoder.failing = on
 
-        assert await wait_until(failure_recorded, 30), "the failed turn was never recorded"
-        decoder.failing = False
-        assert await ask(phone, question("new_home_in_the_stars.wav")) is not None
-        assert await phone.wait_quiet(1.0, 60)
-        assert await phone.hang_up(30)
-    records = turn_records(folder)
+    def failure_recorded(records: list[dict]) -> bool:
+        return any(r["errors"] for r in records)
+
+    records, _ = await fault_then_recovery(served, fail, failure_recorded, 30)
     assert any(e.startswith("stt: RuntimeError") for e in records[0]["errors"]), records[0]
     heard = records[-1]
     assert heard["user_text"] and not heard["errors"] and heard["bot_text"], heard

@@ -36,9 +36,9 @@ from agent.frames import (
 from agent.llm import engines
 from agent.llm.context import UserTurnAggregator
 from agent.llm.engines import InProcessLlama, OpenAIChatEngine
-from agent.llm.llama_server import free_port
 from agent.llm.prompt import prompt_messages
 from agent.llm.service import StreamingLLM
+from agent.net import free_port
 from tests.fakes import ANSWER, ScriptedEngine
 
 

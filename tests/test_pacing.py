@@ -34,11 +34,8 @@ def bot_channel(recorder: CallRecorder, path: Path) -> np.ndarray:
 
 async def test_a_barge_in_stops_the_bot_where_the_listener_is(tmp_path: Path) -> None:
     clock, recorder = CallClock(), CallRecorder(RATE)
-    down, _ = await run_test(
-        PacedOutput(clock, recorder, rate=RATE),
-        frames_to_send=[bot_audio(1.0), SleepFrame(sleep=0.3), InterruptionFrame(),
-                        SleepFrame(sleep=0.1)],  # fmt: skip
-    )
+    frames = [bot_audio(1.0), SleepFrame(sleep=0.3), InterruptionFrame(), SleepFrame(sleep=0.1)]
+    down, _ = await run_test(PacedOutput(clock, recorder, rate=RATE), frames_to_send=frames)
     # (a starved event loop may write late: the speaker then starts a new stretch)
     first, (cut,) = events(down, "first_audio_out")[0], events(down, "interrupted")
     assert first < cut < first + 1000  # cut while the second of audio was playing
@@ -48,11 +45,10 @@ async def test_a_barge_in_stops_the_bot_where_the_listener_is(tmp_path: Path) ->
 
 async def test_a_hold_pauses_the_bot_and_its_release_resumes_the_answer() -> None:
     clock, recorder = CallClock(), CallRecorder(RATE)
+    held = [bot_audio(0.6), SleepFrame(sleep=0.2), HoldBotAudioFrame(hold=True), SleepFrame(0.4)]
+    released = [HoldBotAudioFrame(hold=False), SleepFrame(sleep=0.8)]
     down, _ = await run_test(
-        PacedOutput(clock, recorder, rate=RATE),
-        frames_to_send=[bot_audio(0.6), SleepFrame(sleep=0.2), HoldBotAudioFrame(hold=True),
-                        SleepFrame(sleep=0.4), HoldBotAudioFrame(hold=False),
-                        SleepFrame(sleep=0.8)],  # fmt: skip
+        PacedOutput(clock, recorder, rate=RATE), frames_to_send=held + released
     )
     first, end = events(down, "first_audio_out")[0], events(down, "bot_audio_end")[-1]
     assert end - first >= 600 + 300  # all of it played, the hold's pause in between

@@ -25,7 +25,7 @@ from websockets.exceptions import InvalidStatus
 
 from agent.audio import load_audio
 from agent.live.pool import Pool, Worker
-from agent.llm.llama_server import free_port
+from agent.net import free_port
 from agent.settings import Settings
 from benchmarks.caller import PhoneCaller
 from tests.conftest import SAMPLES
@@ -66,6 +66,14 @@ def test_bad_input_is_one_line(flags, token, says):
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("error: ") and says in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_a_worker_is_given_the_pools_config_file(tmp_path):
+    """The config file goes to each worker on its command line (nothing exports it)."""
+    config = tmp_path / "agent.yaml"
+    command = Worker(0, 8000, tmp_path / "calls", {}, config=config).command()
+    assert command[-2:] == ["--config", str(config)]
+    assert "--config" not in Worker(0, 8000, tmp_path / "calls", {}).command()
 
 
 def caller(pool: Pool) -> PhoneCaller:

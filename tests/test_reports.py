@@ -46,9 +46,7 @@ def records(run: Path) -> list[TurnRecord]:
     return load_run(run)
 
 
-@pytest.fixture(
-    scope="module", params=["scripted", pytest.param("replay", marks=pytest.mark.slow)]
-)
+@pytest.fixture(scope="module", params=["scripted", pytest.param("replay", marks=pytest.mark.slow)])
 def run(request: pytest.FixtureRequest, tmp_path_factory) -> Path:
     """A run folder: scripted, or one real replay run (real speech and models, compute pace)."""
     out = tmp_path_factory.mktemp("run")

@@ -26,10 +26,11 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from agent.audio import load_audio
 from agent.errors import UserError
-from agent.live.server import MAX_MESSAGE_BYTES, check_serve_security, is_loopback
+from agent.live.server import MAX_MESSAGE_BYTES, check_serve_security
+from agent.net import free_port, is_loopback
 from benchmarks.caller import PhoneCaller
 from tests.conftest import SAMPLES
-from tests.live_server import Server, free_port, serving
+from tests.live_server import Server, serving
 
 TOKEN = "test-token-0123456789abcdef"
 MAX_CALLS = 2

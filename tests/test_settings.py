@@ -28,6 +28,17 @@ def test_precedence_flags_over_env_over_file(tmp_path, monkeypatch):
     assert s.models_dir == tmp_path / "m"
 
 
+def test_the_config_file_is_for_the_one_call_that_names_it(tmp_path, monkeypatch):
+    monkeypatch.delenv("VOICE_AGENT_CONFIG", raising=False)
+    config = tmp_path / "agent.yaml"
+    config.write_text("llm: {max_tokens: 21}\n")
+    assert load_settings(config).llm.max_tokens == 21
+    assert "VOICE_AGENT_CONFIG" not in os.environ  # nothing travels to later settings
+    assert load_settings().llm.max_tokens != 21
+    monkeypatch.setenv("VOICE_AGENT_CONFIG", str(config))  # the user's own variable is read
+    assert load_settings().llm.max_tokens == 21
+
+
 def test_null_in_the_environment_turns_an_option_off(monkeypatch):
     monkeypatch.delenv("VOICE_AGENT_CONFIG", raising=False)
     assert load_settings().turn.lull_pass_ms is not None

@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -25,20 +24,12 @@ from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
 from websockets.http11 import Request
 
+from agent.net import is_loopback
+
 TOKEN_COOKIE = "voice_agent_token"
 PHONE, BROWSER, PAGE = "/phone", "/browser", "/"
 METRICS = "/metrics"
 DEFAULT_PORTS = {"https": 443, "wss": 443, "http": 80, "ws": 80}
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` only accepts connections from this machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a name: it may resolve to anything
 
 
 def twilio_signature(auth_token: str, url: str, params: Mapping[str, str] | None = None) -> str:

@@ -30,6 +30,10 @@ CallsDirOpt = Annotated[
     Path, typer.Option("--calls-dir", help="Each call writes <calls-dir>/<timestamp>-<kind>-<id>/.")
 ]
 WavOpt = Annotated[bool, typer.Option("--wav/--no-wav", help="Also write call.wav per call.")]
+DrainSecsOpt = Annotated[
+    float | None,
+    typer.Option(help="On SIGTERM, calls in progress may go on this long, none is taken."),
+]
 
 
 def _runtime_settings(
@@ -109,10 +113,7 @@ def serve(
     max_call_secs: Annotated[
         float | None, typer.Option(help="A call is ended (files written) after this long.")
     ] = None,
-    drain_secs: Annotated[
-        float | None,
-        typer.Option(help="On SIGTERM, calls in progress may go on this long, none is taken."),
-    ] = None,
+    drain_secs: DrainSecsOpt = None,
 ) -> None:
     """Serve live calls: a phone bridge (/phone, Twilio Media Streams) and a browser page (/)."""
     from agent.live.process_memory import freeze_startup_objects, settle_heap
@@ -159,9 +160,7 @@ def pool(
         int | None, typer.Option(help="Calls one worker takes at once (serve_max_calls).")
     ] = None,
     calls_dir: CallsDirOpt = Path("calls"),
-    drain_secs: Annotated[
-        float | None, typer.Option(help="On SIGTERM, calls in progress may go on this long.")
-    ] = None,
+    drain_secs: DrainSecsOpt = None,
     config: ConfigOpt = None,
 ) -> None:
     """Serve calls from several workers behind HAProxy, sharing one llama.cpp server."""
@@ -180,7 +179,7 @@ def pool(
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopping.set())
     with Pool(settings, workers=workers, host=host, port=port, calls_dir=calls_dir, cpus=cpus,
-              say=lambda line: typer.echo(line)) as running:  # fmt: skip
+              config=config, say=lambda line: typer.echo(line)) as running:  # fmt: skip
         while not stopping.wait(1.0):
             running.restart_exited()
         typer.echo("stopping: draining the workers", err=True)

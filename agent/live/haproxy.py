@@ -14,14 +14,13 @@ from __future__ import annotations
 import csv
 import shutil
 import socket
-import subprocess
+import tempfile
 import time
 from pathlib import Path
-from typing import IO
 
 from agent.errors import UserError
 from agent.live.health import READYZ, RETRY_AFTER_SECS
-from agent.llm.local_server import last_log_line, open_log, terminate
+from agent.llm.local_server import LocalServer
 
 STARTUP_TIMEOUT_SECS = 10.0
 CHECK_INTERVAL = "1s"
@@ -79,39 +78,34 @@ def haproxy_binary() -> str:
     return found
 
 
-class Haproxy:
+class Haproxy(LocalServer):
     """An HAProxy process in the foreground, its config and log in a private folder."""
 
     def __init__(self, host: str, port: int, workers: list[int], *, max_call_secs: float):
+        super().__init__()
         self.host, self.port = host, port
+        self.name = f"haproxy on {host}:{port}"
         self._workers = workers
         self._max_call_secs = max_call_secs
-        self.log_path: Path | None = None
-        self._log: IO[str] | None = None
-        self._proc: subprocess.Popen | None = None
 
     def start(self) -> Haproxy:
         binary = haproxy_binary()
-        self.log_path, self._log = open_log(None, "haproxy-")
-        config = self.log_path.with_name("haproxy.cfg")
+        folder = Path(tempfile.mkdtemp(prefix="haproxy-"))  # private: the stats socket is here
+        config = folder / "haproxy.cfg"
         config.write_text(haproxy_config(self.host, self.port, self._workers,
                                          max_call_secs=self._max_call_secs,
-                                         stats_socket=self.stats_socket))  # fmt: skip
-        self._proc = subprocess.Popen([binary, "-db", "-f", str(config)], stdout=self._log,
-                                      stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-        deadline = time.monotonic() + STARTUP_TIMEOUT_SECS
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                last = last_log_line(self.log_path) or f"exit status {self._proc.returncode}"
-                self.stop()
-                raise UserError(f"haproxy did not start: {last} (log: {self.log_path})")
-            try:
-                socket.create_connection((self.host, self.port), timeout=1).close()
-                return self
-            except OSError:
-                time.sleep(0.1)
-        self.stop()
-        raise UserError(f"haproxy did not listen on {self.host}:{self.port} (log: {self.log_path})")
+                                         stats_socket=folder / "haproxy.sock"))  # fmt: skip
+        self._spawn([binary, "-db", "-f", str(config)], folder / "server.log", "haproxy-",
+                    start_new_session=True)  # fmt: skip
+        self._wait_ready(self._listening, STARTUP_TIMEOUT_SECS, interval=0.1)
+        return self
+
+    def _listening(self) -> bool:
+        try:
+            socket.create_connection((self.host, self.port), timeout=1).close()
+        except OSError:
+            return False
+        return True
 
     @property
     def stats_socket(self) -> Path:
@@ -135,11 +129,3 @@ class Haproxy:
             if time.monotonic() > deadline:
                 raise UserError(f"haproxy does not see the workers up: {self.states()}")
             time.sleep(0.2)
-
-    def stop(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            terminate(proc, timeout=10)
-        if self._log is not None:
-            self._log.close()
-            self._log = None

@@ -29,7 +29,9 @@ from agent import model_store
 from agent.errors import UserError
 from agent.live.haproxy import Haproxy, haproxy_binary
 from agent.live.health import HEALTHZ, READYZ
-from agent.llm.llama_server import LlamaServer, free_port
+from agent.llm.llama_server import LlamaServer
+from agent.llm.local_server import wait_until_ready
+from agent.net import free_port
 from agent.settings import Settings
 
 STARTUP_TIMEOUT_SECS = 300  # model loading on a busy 2-core machine
@@ -61,6 +63,7 @@ class Worker:
     calls_dir: Path
     env: dict[str, str]
     cpus: str | None = None
+    config: Path | None = None  # the pool's --config: the worker reads the same file
     process: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
@@ -73,8 +76,9 @@ class Worker:
 
     def command(self) -> list[str]:
         pin = ["taskset", "-c", self.cpus] if self.cpus else []
+        config = ["--config", str(self.config)] if self.config else []
         return [*pin, sys.executable, "-m", "agent.cli", "serve", "--port", str(self.port),
-                "--calls-dir", str(self.calls_dir)]  # fmt: skip
+                "--calls-dir", str(self.calls_dir), *config]  # fmt: skip
 
     def start(self) -> None:
         # Its own session: a Ctrl-C meant for the pool reaches the worker as a drain.
@@ -88,15 +92,9 @@ class Worker:
             return None
 
     def wait_healthy(self, timeout: float = STARTUP_TIMEOUT_SECS) -> None:
-        deadline = time.monotonic() + timeout
-        while self.probe(HEALTHZ) != 200:
-            assert self.process is not None
-            if self.process.poll() is not None:
-                raise UserError(f"worker {self.index} exited with status "
-                                f"{self.process.returncode} while starting")  # fmt: skip
-            if time.monotonic() > deadline:
-                raise UserError(f"worker {self.index} did not answer within {timeout:g} s")
-            time.sleep(0.5)
+        assert self.process is not None, "not started"
+        wait_until_ready(self.process, lambda: self.probe(HEALTHZ) == 200,
+                         name=f"worker {self.index}", timeout=timeout, interval=0.5)  # fmt: skip
 
 
 class Pool:
@@ -111,6 +109,7 @@ class Pool:
         port: int,
         calls_dir: Path,
         cpus: list[str] | None = None,
+        config: Path | None = None,
         say: Callable[[str], None] = print,
     ) -> None:
         if workers < 1:
@@ -136,8 +135,8 @@ class Pool:
                "VOICE_AGENT_SERVE_MAX_CALLS": str(settings.serve_max_calls),
                "VOICE_AGENT_SERVE_DRAIN_SECS": str(settings.serve_drain_secs)}  # fmt: skip
         self.workers = [
-            Worker(i, free_port(), calls_dir / f"worker-{i}", env, cpus[i % len(cpus)] if cpus
-                   else None)
+            Worker(i, free_port(), calls_dir / f"worker-{i}", env,
+                   cpus[i % len(cpus)] if cpus else None, config)
             for i in range(workers)
         ]  # fmt: skip
         for worker in self.workers:

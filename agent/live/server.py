@@ -51,7 +51,6 @@ from agent.live.access import (
     TOKEN_COOKIE,
     AccessPolicy,
     Decision,
-    is_loopback,
 )
 from agent.live.call import LiveCall, Runtime
 from agent.live.drain import Drain
@@ -60,6 +59,7 @@ from agent.live.limits import WarningLimiter
 from agent.live.metrics import CONTENT_TYPE, CallMetrics
 from agent.live.process_memory import collect_call_garbage
 from agent.live.retention import Retention, prune_calls, room_to_record
+from agent.net import is_loopback
 from agent.redact import clip_text
 from agent.transports.browser import BrowserInput, BrowserOutput, EventSender, parse_control
 from agent.transports.live import LiveInput, LiveOutput

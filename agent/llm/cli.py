@@ -7,7 +7,7 @@ to look at its log. ``--print-command`` shows the exact command line and starts 
 
 from __future__ import annotations
 
-import ipaddress
+import os
 import shlex
 import subprocess
 import time
@@ -15,14 +15,15 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
-import httpx
 import typer
 
 from agent import model_store
 from agent.cli_support import ConfigOpt, settings_from_flags, user_errors
 from agent.errors import UserError
 from agent.llm.llama_server import LlamaServer
+from agent.llm.local_server import models_answer
 from agent.llm.vllm_server import VllmServer
+from agent.net import is_loopback
 
 llm_app = typer.Typer(help="LLM servers: run vLLM or llama.cpp's OpenAI server in the foreground.")
 
@@ -30,13 +31,6 @@ llm_app = typer.Typer(help="LLM servers: run vLLM or llama.cpp's OpenAI server i
 class ServeEngine(StrEnum):
     vllm = "vllm"
     llama_server = "llama-server"
-
-
-def _loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
 
 
 def _llama_command(cmd: list[str], host: str, python: Path | None) -> list[str]:
@@ -48,21 +42,15 @@ def _llama_command(cmd: list[str], host: str, python: Path | None) -> list[str]:
     return cmd
 
 
-def _wait_foreground(proc: subprocess.Popen, models_url: str, name: str) -> int:
+def _wait_foreground(proc: subprocess.Popen, base_url: str, api_key: str | None, name: str) -> int:
     """Say once when the server answers, then wait; Ctrl-C reaches the server too (same
     process group) and it is given time to shut down cleanly."""
     ready = False
     try:
         while proc.poll() is None:
-            if not ready:
-                try:
-                    ready = httpx.get(models_url, timeout=2).status_code == 200
-                except httpx.HTTPError:
-                    pass
-                if ready:
-                    typer.echo(
-                        f"ready: {models_url.removesuffix('/models')} serves {name}", err=True
-                    )
+            if not ready and models_answer(base_url, api_key, 2):
+                ready = True
+                typer.echo(f"ready: {base_url} serves {name}", err=True)
             time.sleep(0.5)
     except KeyboardInterrupt:
         try:
@@ -123,14 +111,16 @@ def serve(
     if print_command:
         typer.echo(shlex.join(cmd))
         return
-    if not _loopback(host):
+    # The key, if any, is the user's own: the variable each server reads.
+    api_key = os.environ.get("VLLM_API_KEY" if engine is ServeEngine.vllm else "API_KEY")
+    if not is_loopback(host) and not api_key:
         typer.echo(f"warning: {host} is not loopback and the server asks for no key", err=True)
     if engine is ServeEngine.vllm:
         server.check()
-        env = server.environment()
+        env = server.environment(own_key=False)
     typer.echo(f"starting {engine.value} on http://{host}:{port}/v1 (Ctrl-C stops it)", err=True)
     proc = subprocess.Popen(cmd, env=env)
     probe = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-    rc = _wait_foreground(proc, f"http://{probe}:{port}/v1/models", name)
+    rc = _wait_foreground(proc, f"http://{probe}:{port}/v1", api_key, name)
     if rc != 0:
         raise UserError(f"the {engine.value} server exited with status {rc}")

@@ -25,6 +25,7 @@ from typing import Any
 
 from loguru import logger
 
+from agent.errors import error_line
 from agent.llm.engines import GREEDY, ChatEngine, OpenAIChatEngine, Sampling, Usage
 from agent.llm.llama_server import LlamaServer
 from agent.settings import LLMSettings
@@ -34,12 +35,6 @@ RETRY_PRIMARY_SECS = 30.0
 
 class EngineFailure(RuntimeError):
     """An engine failed; the message says how and what the failover did about it."""
-
-
-def describe(exc: BaseException) -> str:
-    """One short line for a log or a turn record."""
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text[:160]}" if text else type(exc).__name__
 
 
 class FailoverEngine:
@@ -97,7 +92,7 @@ class FailoverEngine:
                 await asyncio.wrap_future(self._restarting)
             except Exception as exc:  # noqa: BLE001 - any start failure, told in one line
                 raise EngineFailure(
-                    f"the llama.cpp server could not be restarted: {describe(exc)}"
+                    f"the llama.cpp server could not be restarted: {error_line(exc)}"
                 ) from exc
         return self.primary, False
 
@@ -130,9 +125,9 @@ class FailoverEngine:
         except Exception as exc:  # noqa: BLE001 - any engine failure (httpx, openai, OS)
             action = await self._after_failure(exc, on_fallback)
             logger.warning("llm: {} failed: {}; {}", "fallback" if on_fallback else self.name,
-                           describe(exc), action)  # fmt: skip
+                           error_line(exc), action)  # fmt: skip
             if started or on_fallback or self.fallback is None:
-                raise EngineFailure(f"{describe(exc)}; {action}") from exc
+                raise EngineFailure(f"{error_line(exc)}; {action}") from exc
         # Nothing was said yet: the fallback answers this very turn.
         assert self.fallback is not None
         async for item in self.fallback.stream(messages, max_tokens=max_tokens, sampling=sampling):

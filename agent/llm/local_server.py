@@ -1,4 +1,5 @@
-"""What the LLM servers the agent starts itself share: a random API key and a log file.
+"""What the servers the agent starts itself share: a random API key, a log file, a wait
+until the server answers, and a stop that leaves no process behind.
 
 The key goes to the server in its environment (only its own user can read that, unlike a
 command line), so other local users cannot use a server the agent started. The server's
@@ -10,16 +11,32 @@ from __future__ import annotations
 import secrets
 import subprocess
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, Self
+
+import httpx
+
+from agent.errors import UserError
 
 
 def new_api_key() -> str:
     return secrets.token_urlsafe(32)
 
 
-def auth_headers(api_key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {api_key}"}
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def models_answer(base_url: str, api_key: str | None, timeout: float) -> bool:
+    """Whether an OpenAI-compatible server lists its models: it is up, loaded and takes the
+    key, which is what an agent needs of it."""
+    try:
+        response = httpx.get(f"{base_url}/models", headers=auth_headers(api_key), timeout=timeout)
+    except httpx.HTTPError:
+        return False
+    return response.status_code == 200
 
 
 def open_log(path: Path | None, prefix: str) -> tuple[Path, IO[str]]:
@@ -48,3 +65,75 @@ def last_log_line(path: Path | None) -> str:
         return ""
     lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
     return lines[-1].strip() if lines else ""
+
+
+def wait_until_ready(
+    proc: subprocess.Popen, ready: Callable[[], bool], *, name: str, timeout: float,
+    interval: float, log_path: Path | None = None,
+) -> None:  # fmt: skip
+    """Poll ``ready`` until it holds, so a start fails in one line that says why: the
+    process's last log line when it exits first."""
+    where = f" (log: {log_path})" if log_path else ""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if proc.poll() is not None:
+            last = last_log_line(log_path) or f"exit status {proc.returncode}"
+            raise UserError(f"{name} did not start: {last}{where}")
+        if time.monotonic() > deadline:
+            raise UserError(f"{name} did not answer within {timeout:g} s{where}")
+        time.sleep(interval)
+
+
+class LocalServer:
+    """A server process the agent owns, its output in a log file; a context manager, so it
+    is stopped however the code that started it ends."""
+
+    name = "the server"  # for its one-line errors
+    stop_timeout_secs = 10.0
+
+    def __init__(self) -> None:
+        self.log_path: Path | None = None
+        self._log_file: IO[str] | None = None
+        self._proc: subprocess.Popen | None = None
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def _spawn(self, cmd: list[str], log: Path | None, prefix: str, **popen: Any) -> None:
+        self.log_path, self._log_file = open_log(log, prefix)
+        self._proc = subprocess.Popen(cmd, stdout=self._log_file, stderr=subprocess.STDOUT,
+                                      **popen)  # fmt: skip
+
+    def _wait_ready(self, ready: Callable[[], bool], timeout: float, interval: float) -> None:
+        """Until ``ready`` holds; stopped, and one UserError line, if it never does."""
+        assert self._proc is not None, "not started"
+        try:
+            wait_until_ready(self._proc, ready, name=self.name, timeout=timeout,
+                             interval=interval, log_path=self.log_path)  # fmt: skip
+        except UserError:
+            self.stop()
+            raise
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def _terminate(self, proc: subprocess.Popen) -> None:
+        terminate(proc, timeout=self.stop_timeout_secs)
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            self._terminate(proc)
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

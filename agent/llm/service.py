@@ -44,6 +44,7 @@ from pipecat.frames.frames import (
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from agent.clock import CallClock
+from agent.errors import ERROR_LINE_CHARS, error_line
 from agent.frames import (
     FirstPhraseSynthesisFrame,
     HeldAnswerTextFrame,
@@ -59,6 +60,8 @@ from agent.llm.prompt import prefix_after_trim, prompt_messages
 from agent.settings import LLMSettings
 
 ENGINE_ERRORS = (openai.OpenAIError, TimeoutError, RuntimeError, ValueError, OSError)
+# A failover's error holds the first failure's own line and what was done about it.
+ENGINE_ERROR_CHARS = ERROR_LINE_CHARS + 80
 # Added to the caller's words when an answer had nothing new to say: greedy decoding would
 # give the same sentence again, so the second try also samples (seeded: reproducible).
 RETRY_NOTE = " Please answer in new words, without repeating what either of us said."
@@ -258,7 +261,7 @@ class StreamingLLM(FrameProcessor):
             if not editor.text.strip():  # nothing new to say
                 await self._emit(LLMTextFrame(text=s.fallback_line))
         except ENGINE_ERRORS as exc:
-            error = f"llm ({self._engine.name}): {type(exc).__name__}: {str(exc)[:200]}"
+            error = f"llm ({self._engine.name}): {error_line(exc, ENGINE_ERROR_CHARS)}"
             spoken = editor.text
             await self._emit(LLMTextFrame(text=(" " if spoken else "") + s.fallback_line))
         finally:

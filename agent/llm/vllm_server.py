@@ -16,22 +16,12 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
-from typing import IO
-
-import httpx
 
 from agent import model_store
 from agent.errors import UserError
-from agent.llm.llama_server import free_port
-from agent.llm.local_server import (
-    auth_headers,
-    last_log_line,
-    new_api_key,
-    open_log,
-    terminate,
-)
+from agent.llm.local_server import LocalServer, models_answer, new_api_key, terminate
+from agent.net import free_port
 from agent.settings import LLMSettings
 
 # First start compiles the model with torch.compile (about 2.5 minutes on 2 cores, cached
@@ -107,12 +97,15 @@ def vllm_command(
     return cmd
 
 
-class VllmServer:
+class VllmServer(LocalServer):
     """A vLLM OpenAI server process serving one model, by default on 127.0.0.1.
 
     Its output goes to ``log`` (a file in a new temporary folder when None): the agent's own
     terminal stays readable, and a failed start names the file.
     """
+
+    name = "the vLLM server"
+    stop_timeout_secs = 30.0
 
     def __init__(
         self,
@@ -125,6 +118,7 @@ class VllmServer:
         gpu: bool | None = None,
         log: Path | None = None,
     ) -> None:
+        super().__init__()
         self.settings = settings
         self.model, self.served_name = resolve_vllm_model(settings.model, models_dir)
         self.host = host
@@ -133,9 +127,6 @@ class VllmServer:
         self.gpu = has_gpu() if gpu is None else gpu
         self.log = log
         self.api_key = new_api_key()
-        self.log_path: Path | None = None
-        self._log_file: IO[str] | None = None
-        self._proc: subprocess.Popen | None = None
 
     @property
     def base_url(self) -> str:
@@ -167,8 +158,10 @@ class VllmServer:
                 f"{self.settings.model} has no vLLM conversion in {self.model}: {SETUP_HINT}"
             )
 
-    def environment(self) -> dict[str, str]:
-        env = {**os.environ, "VLLM_API_KEY": self.api_key}
+    def environment(self, *, own_key: bool = True) -> dict[str, str]:
+        """The server's environment; without ``own_key`` (a server run for others) the key
+        is whatever VLLM_API_KEY the user set, since nobody else would know a random one."""
+        env = {**os.environ, "VLLM_API_KEY": self.api_key} if own_key else dict(os.environ)
         if not self.gpu:
             # The CPU build reserves this much memory (GiB) for its KV cache; its default
             # (4 GiB) is far more than a 2048-token context of a small model needs.
@@ -178,57 +171,24 @@ class VllmServer:
     def spawn(self) -> subprocess.Popen:
         """Start the process (in its own process group, so stop() reaches its workers)."""
         self.check()
-        self.log_path, self._log_file = open_log(self.log, "vllm-")
-        self._proc = subprocess.Popen(
-            self.command(), stdout=self._log_file, stderr=subprocess.STDOUT,
-            env=self.environment(), start_new_session=True,
-        )  # fmt: skip
+        self._spawn(self.command(), self.log, "vllm-", env=self.environment(),
+                    start_new_session=True)  # fmt: skip
+        assert self._proc is not None
         return self._proc
 
     def wait_ready(self, timeout: float = STARTUP_TIMEOUT_SECS) -> None:
         """Until /v1/models answers; the server's last log line if it dies first."""
-        assert self._proc is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                last = last_log_line(self.log_path) or f"exit status {self._proc.returncode}"
-                where = f" (log: {self.log_path})" if self.log_path else ""
-                self.stop()
-                raise UserError(f"the vLLM server did not start: {last}{where}")
-            try:
-                models = httpx.get(f"{self.base_url}/models", headers=auth_headers(self.api_key),
-                                   timeout=2)  # fmt: skip
-                if models.status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        self.stop()
-        raise UserError(f"the vLLM server did not answer within {timeout:.0f} s")
+        self._wait_ready(lambda: models_answer(self.base_url, self.api_key, 2), timeout, 0.5)
 
     def start(self) -> VllmServer:
         self.spawn()
         self.wait_ready()
         return self
 
-    def alive(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
-    def stop(self) -> None:
+    def _terminate(self, proc: subprocess.Popen) -> None:
         """SIGTERM (vLLM shuts its engine process down), then SIGKILL to the whole group."""
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            terminate(proc, timeout=30)
-            try:  # its own process group: no engine worker outlives it
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
-
-    def __enter__(self) -> VllmServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        terminate(proc, timeout=self.stop_timeout_secs)
+        try:  # its own process group: no engine worker outlives it
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass

@@ -51,7 +51,6 @@ def spoken_phrase(text: str) -> str | None:
     return spoken if any(ch.isalnum() for ch in spoken) else None
 
 
-
 class PhraseChunker(FrameProcessor):
     """Turns LLMTextFrames into PhraseFrames; everything else passes through."""
 

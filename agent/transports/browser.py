@@ -22,7 +22,7 @@ from websockets.exceptions import ConnectionClosed
 
 from agent.clock import CallClock, CallRecorder
 from agent.redact import Warn, clip_text
-from agent.transports.live import LiveInput, LiveOutput
+from agent.transports.live import LiveInput, WebSocketOutput
 
 MAX_QUEUED_EVENTS = 1000
 
@@ -44,22 +44,18 @@ class BrowserInput(LiveInput):
         self.feed(data)
 
 
-class BrowserOutput(LiveOutput):
+class BrowserOutput(WebSocketOutput):
     """Bot audio to the page as binary messages; a ``clear`` event on barge-in."""
 
     def __init__(
         self, ws: Connection, events: EventSender, clock: CallClock, recorder: CallRecorder,
         *, rate: int,
     ) -> None:  # fmt: skip
-        super().__init__(clock, recorder, rate=rate)
-        self._ws = ws
+        super().__init__(ws, clock, recorder, rate=rate)
         self._events = events
 
     async def deliver(self, pcm: bytes) -> bool:
-        try:
-            return await self.bounded_send(lambda: self._ws.send(pcm))
-        except ConnectionClosed:
-            return False
+        return await self.send_message(pcm)
 
     async def flush_listener(self) -> None:
         self._events.emit({"type": "clear"})

@@ -9,7 +9,8 @@ minutes of it in seconds) is dropped at the door (``RealTimeGate``).
 events, same recording) with a listener attached: each chunk is also delivered to the caller, and a
 barge-in flushes what the listener still has queued. Pacing writes at the listener's playback
 speed keeps the bot's speaking state true to what the caller hears, so barge-in works and
-a flush drops at most a chunk or two.
+a flush drops at most a chunk or two. ``WebSocketOutput`` is the ``LiveOutput`` of the
+transports whose caller is on a websocket.
 
 A listener that stops taking audio (a client that never reads) cannot grow the server's
 memory: each send waits while the connection's bounded outbound buffer is full, and one that
@@ -36,6 +37,8 @@ from pipecat.frames.frames import (
     StartFrame,
 )
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+from websockets.asyncio.connection import Connection
+from websockets.exceptions import ConnectionClosed
 
 from agent.clock import CallClock, CallRecorder
 from agent.transports.pacing import FRAME_MS, PacedOutput
@@ -244,3 +247,21 @@ class LiveOutput(PacedOutput):
         if isinstance(frame, InterruptionFrame):
             await self.flush_listener()
         await super().process_frame(frame, direction)
+
+
+class WebSocketOutput(LiveOutput):
+    """Bot audio to a caller on a websocket (the phone bridge, the browser page)."""
+
+    def __init__(
+        self, ws: Connection, clock: CallClock, recorder: CallRecorder, *, rate: int
+    ) -> None:
+        super().__init__(clock, recorder, rate=rate)
+        self._ws = ws
+
+    async def send_message(self, message: str | bytes) -> bool:
+        """Send one message to the caller; False once they are gone or have stopped reading,
+        since a caller who hung up is the call's end, not an error."""
+        try:
+            return await self.bounded_send(lambda: self._ws.send(message))
+        except ConnectionClosed:
+            return False

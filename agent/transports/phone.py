@@ -14,11 +14,10 @@ from typing import Any
 import numpy as np
 from pipecat.frames.frames import Frame, TTSTextFrame
 from websockets.asyncio.connection import Connection
-from websockets.exceptions import ConnectionClosed
 
 from agent.clock import CallClock, CallRecorder
 from agent.transports.g711 import PHONE_RATE, Rate2Converter, mulaw_decode, mulaw_encode
-from agent.transports.live import LiveInput, LiveOutput
+from agent.transports.live import LiveInput, WebSocketOutput
 from agent.transports.twilio import StreamInfo
 
 
@@ -36,24 +35,21 @@ class PhoneInput(LiveInput):
             self.enqueue(self._upsample(mulaw_decode(payload)).tobytes())
 
 
-class PhoneOutput(LiveOutput):
+class PhoneOutput(WebSocketOutput):
     """Bot audio as ``media`` messages; a ``mark`` after each phrase; ``clear`` on barge-in."""
 
     def __init__(
         self, ws: Connection, stream: StreamInfo, clock: CallClock, recorder: CallRecorder,
         *, rate: int,
     ) -> None:  # fmt: skip
-        super().__init__(clock, recorder, rate=rate)
-        self._ws = ws
+        super().__init__(ws, clock, recorder, rate=rate)
         self._stream = stream
         self._downsample = Rate2Converter(up=False)
 
     async def _send(self, message: dict[str, Any]) -> bool:
-        text = json.dumps({**message, "streamSid": self._stream.stream_sid})
-        try:
-            return await self.bounded_send(lambda: self._ws.send(text))
-        except ConnectionClosed:
-            return False
+        return await self.send_message(
+            json.dumps({**message, "streamSid": self._stream.stream_sid})
+        )
 
     async def deliver(self, pcm: bytes) -> bool:
         ulaw = mulaw_encode(self._downsample(np.frombuffer(pcm, dtype=np.int16)))

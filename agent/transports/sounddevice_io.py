@@ -65,11 +65,20 @@ def describe_devices(sd: ModuleType | Any) -> list[str]:
 
 
 class _PortAudioStream:
-    """What the microphone and the speaker share: one PortAudio stream, opened early."""
+    """What the microphone and the speaker share: one PortAudio stream, opened early.
 
-    _sd: ModuleType | Any
-    _device: Device
+    A mixin before ``LiveInput`` or ``LiveOutput``, whose constructor it calls on.
+    """
+
     _stream: Any = None
+
+    def __init__(
+        self, sd: ModuleType | Any, device: Device, clock: CallClock, recorder: CallRecorder,
+        *, rate: int,
+    ) -> None:  # fmt: skip
+        super().__init__(clock, recorder, rate=rate)  # type: ignore[call-arg]
+        self._sd = sd
+        self._device = device
 
     def _start(self, kind: str, rate: int, **stream_args: Any) -> None:
         """Open and start the stream; a bad device becomes one UserError line."""
@@ -97,14 +106,6 @@ class _PortAudioStream:
 class SoundDeviceInput(_PortAudioStream, LiveInput):
     """The microphone: a PortAudio input stream, opened when the call starts."""
 
-    def __init__(
-        self, sd: ModuleType | Any, device: Device, clock: CallClock, recorder: CallRecorder,
-        *, rate: int,
-    ) -> None:  # fmt: skip
-        super().__init__(clock, recorder, rate=rate)
-        self._sd = sd
-        self._device = device
-
     def _callback(self, indata: Any, frames: int, time_info: Any, status: Any) -> None:
         self.feed_threadsafe(bytes(indata))
 
@@ -125,9 +126,7 @@ class SoundDeviceOutput(_PortAudioStream, LiveOutput):
         self, sd: ModuleType | Any, device: Device, clock: CallClock, recorder: CallRecorder,
         *, rate: int,
     ) -> None:  # fmt: skip
-        super().__init__(clock, recorder, rate=rate)
-        self._sd = sd
-        self._device = device
+        super().__init__(sd, device, clock, recorder, rate=rate)
         self._queued = bytearray()
         self._lock = threading.Lock()
 

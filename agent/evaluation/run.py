@@ -43,7 +43,8 @@ def overall(grades: list[ClipGrade], records: list[TurnRecord]) -> dict[str, Any
         "reference_words": ref_words,
         "wer_streaming": wer_stream,
         "wer_offline": wer_offline,
-        "wer_gap": None if wer_stream is None or wer_offline is None
+        "wer_gap": None
+        if wer_stream is None or wer_offline is None
         else round(wer_stream - wer_offline, 4),
         "turns": sum(g.turns for g in grades),
         "expected_turns": sum(g.expected_turns for g in grades),

@@ -79,6 +79,13 @@ class TurnSettings(BaseModel):
     vad_start_secs: float = Field(0.15, ge=0.02)
     vad_stop_secs: float = Field(0.15, ge=0.05, description="VAD silence before speech 'stops'")
     vad_confidence: float = Field(0.6, gt=0, lt=1)
+    vad_min_volume: float = Field(
+        0.3,
+        ge=0,
+        lt=1,
+        description="smoothed loudness (0: -110 LUFS, 1: -10 LUFS) a voice must also reach; "
+        "Silero's confidence tells speech from noise, this keeps far-off voices out",
+    )
     hold_on_speech: bool = Field(
         True,
         description="stop sending bot audio at the caller's first speech window, before the "
@@ -89,6 +96,12 @@ class TurnSettings(BaseModel):
         gt=0,
         description="also hold the bot's audio at a sound this many dB over the line's noise "
         "floor, before Silero hears a voice in it (None: at Silero's first voiced window)",
+    )
+    barge_in_secs: float = Field(
+        0.4,
+        ge=0,
+        description="voice over the bot this long interrupts it (shorter: a backchannel or a "
+        "cough, which only holds its audio); counted from the voice's start",
     )
     hold_release_secs: float = Field(
         0.25, gt=0, description="quiet after an unconfirmed speech window that resumes the bot"

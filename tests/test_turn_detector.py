@@ -23,6 +23,7 @@ from agent.audio import load_audio, speech_bounds
 from agent.clock import CallClock
 from agent.frames import HoldBotAudioFrame
 from agent.recognition.turn_detector import TurnDetector, TurnModels
+from benchmarks.clips import CORPUS
 from tests.conftest import SAMPLES
 
 pytestmark = pytest.mark.slow
@@ -166,3 +167,29 @@ async def test_only_a_short_sound_waits_for_the_transcript_to_tell_noise_from_wo
     detector = TextWaitCounter(turn, TurnModels.load(), AudioClock(), rate=RATE)
     await run_test(detector, frames_to_send=audio_frames(pcm))
     assert (detector.waits > 0) is waits
+
+
+QUIET_DIGITS = sorted((CORPUS / "short").glob("audiomnist_*.wav"))
+
+
+@pytest.mark.skipif(not QUIET_DIGITS, reason="needs ../shared/corpus/short (the corpus)")
+@pytest.mark.parametrize("clip", QUIET_DIGITS, ids=lambda p: p.stem)
+async def test_a_quiet_caller_s_word_opens_and_ends_a_turn(settings, clip):
+    """A caller far from the microphone (speech peaking near -30 dBFS, Silero sure it is a
+    voice) is heard: the loudness floor keeps out only what is quieter still."""
+    word = load_audio(clip, RATE)
+    pcm = np.concatenate([np.zeros(RATE // 2, np.int16), word, np.zeros(RATE, np.int16)])
+    detector = AudioClockedDetector(settings.turn, TurnModels.load(), AudioClock(), rate=RATE)
+    down, _ = await run_test(detector, frames_to_send=audio_frames(pcm))
+    assert sum(isinstance(f, UserStartedSpeakingFrame) for f in down) == 1
+    assert sum(isinstance(f, VADUserStoppedSpeakingFrame) for f in down) == 1
+
+
+@pytest.mark.parametrize("level_dbfs", [-45, -25])
+async def test_steady_noise_as_loud_as_a_quiet_voice_opens_no_turn(settings, level_dbfs):
+    """Loudness alone never opens a turn: Silero's confidence has to call it a voice."""
+    rng = np.random.default_rng(0)
+    noise = rng.normal(0, 32768 * 10 ** (level_dbfs / 20), 3 * RATE).clip(-32768, 32767)
+    detector = AudioClockedDetector(settings.turn, TurnModels.load(), AudioClock(), rate=RATE)
+    down, _ = await run_test(detector, frames_to_send=audio_frames(noise.astype(np.int16)))
+    assert not any(isinstance(f, UserStartedSpeakingFrame) for f in down)

@@ -128,6 +128,7 @@ class TurnDetector(FrameProcessor):
             sample_rate=rate,
             params=VADParams(
                 confidence=settings.vad_confidence,
+                min_volume=settings.vad_min_volume,
                 start_secs=settings.vad_start_secs,
                 stop_secs=settings.vad_stop_secs,
             ),
@@ -141,6 +142,7 @@ class TurnDetector(FrameProcessor):
         self._recent = RecentAudio(rate, SMART_TURN_MAX_SECS * 1000)
         self._silence_started: float | None = None
         self._speech_started_ms = 0.0  # where the open turn's speech began
+        self._barge_in_from: float | None = None  # voice over the bot, not yet a barge-in
         # Smart Turn's verdict on the audio at the VAD's pause, on a thread of the call's own.
         self._judge = ThreadPoolExecutor(max_workers=1, thread_name_prefix="smart-turn")
         self._verdict: asyncio.Future | None = None
@@ -196,6 +198,8 @@ class TurnDetector(FrameProcessor):
             await self._report_lull(state)
         if self._fallback_at_ms is not None and self._clock.now_ms() >= self._fallback_at_ms:
             await self._end_turn("max_silence", self._settings.max_silence_secs)
+        if self._barge_in_from is not None:
+            await self._confirm_barge_in(state)
         if state == previous:
             return
         if state == VADState.SPEAKING and previous != VADState.STOPPING:
@@ -258,6 +262,27 @@ class TurnDetector(FrameProcessor):
         if self._in_turn:
             await self._speech_resumed()
             return
+        if self._bot_speaking:
+            self._barge_in_from = start
+            await self._confirm_barge_in(VADState.SPEAKING)
+            return
+        await self._open_turn(start)
+
+    async def _confirm_barge_in(self, state: VADState) -> None:
+        """A voice over the bot becomes a barge-in once it has lasted ``barge_in_secs`` (or the
+        bot stopped): "mm-hmm" or a cough only holds the bot's audio for a moment."""
+        assert self._barge_in_from is not None
+        if state == VADState.QUIET:
+            self._barge_in_from = None
+            return
+        lasted = self._clock.now_ms() - self._barge_in_from
+        if state == VADState.SPEAKING and (
+            not self._bot_speaking or lasted >= self._settings.barge_in_secs * 1000
+        ):
+            start, self._barge_in_from = self._barge_in_from, None
+            await self._open_turn(start)
+
+    async def _open_turn(self, start: float) -> None:
         self._in_turn = True
         self._speech_started_ms = start
         self._holding = False  # confirmed: the interruption below flushes the held audio

@@ -53,3 +53,14 @@ async def test_a_hold_pauses_the_bot_and_its_release_resumes_the_answer() -> Non
     first, end = events(down, "first_audio_out")[0], events(down, "bot_audio_end")[-1]
     assert end - first >= 600 + 300  # all of it played, the hold's pause in between
     assert events(down, "interrupted") == []
+
+
+async def test_a_barge_in_while_held_plays_nothing_more(tmp_path: Path) -> None:
+    """The chunk waiting on the hold belongs to the interrupted answer: not one more sample."""
+    clock, recorder = CallClock(), CallRecorder(RATE)
+    held = [bot_audio(0.6), SleepFrame(sleep=0.2), HoldBotAudioFrame(hold=True), SleepFrame(0.4)]
+    frames = [*held, InterruptionFrame(), SleepFrame(sleep=0.3)]
+    down, _ = await run_test(PacedOutput(clock, recorder, rate=RATE), frames_to_send=frames)
+    assert len(events(down, "first_audio_out")) == 1  # no new stretch after the barge-in
+    played = np.flatnonzero(bot_channel(recorder, tmp_path / "call.wav"))
+    assert played[-1] / RATE * 1000 < events(down, "interrupted")[0] + 25

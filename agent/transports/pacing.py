@@ -46,13 +46,17 @@ class PacedOutput(BaseOutputTransport):
         self._released = asyncio.Event()  # cleared while a barge-in may be starting
         self._released.set()
         self._resuming = False  # the next audio goes on after a hold: not a new first audio
+        self._interruptions = 0  # a frame held across an interruption belongs to the old answer
 
     async def start(self, frame: StartFrame) -> None:
         await super().start(frame)
         await self.set_transport_ready(frame)
 
     async def write_audio_frame(self, frame: OutputAudioRawFrame) -> bool:
+        interruptions = self._interruptions
         await self._released.wait()
+        if interruptions != self._interruptions:
+            return True  # the caller barged in while it was held: it must not play
         now_ms = self._clock.now_ms()
         now = self._recorder.position(now_ms)
         if self._resuming:
@@ -81,6 +85,7 @@ class PacedOutput(BaseOutputTransport):
                 self._released.set()
             return
         if isinstance(frame, InterruptionFrame):
+            self._interruptions += 1
             now_ms = self._clock.now_ms()
             now = self._recorder.position(now_ms)
             if self._cursor > now:

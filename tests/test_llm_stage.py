@@ -7,32 +7,15 @@ import asyncio
 import time
 
 import pytest
-from pipecat.frames.frames import (
-    Frame,
-    InterimTranscriptionFrame,
-    InterruptionFrame,
-    LLMContextFrame,
-    LLMFullResponseEndFrame,
-    LLMFullResponseStartFrame,
-    LLMTextFrame,
-    TextFrame,
-    VADUserStartedSpeakingFrame,
-)
+from pipecat.frames import frames as pf
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.tests.utils import SleepFrame, run_test
 
+from agent import frames as af
 from agent import model_store
 from agent.clock import CallClock
-from agent.frames import (
-    FirstPhraseSynthesisFrame,
-    HeldAnswerTextFrame,
-    LLMUsageFrame,
-    PartialTurnFrame,
-    SpeculativeTurnFrame,
-    TimelineEventFrame,
-)
 from agent.llm import engines
 from agent.llm.context import UserTurnAggregator
 from agent.llm.engines import InProcessLlama, OpenAIChatEngine
@@ -83,19 +66,19 @@ async def test_answer_streams_tokens_and_reports_cached_prefix(inprocess, settin
     tap = Tap(CallClock())
 
     def frames():
-        yield LLMContextFrame(context=context("What is the capital of France?"))
-        yield from wait_until(lambda: LLMFullResponseEndFrame in tap.seen)
+        yield pf.LLMContextFrame(context=context("What is the capital of France?"))
+        yield from wait_until(lambda: pf.LLMFullResponseEndFrame in tap.seen)
 
     down, _ = await run_test(Pipeline([llm, tap]), frames_to_send=frames())
-    texts = [f.text for f in down if isinstance(f, LLMTextFrame)]
-    usage = next(f for f in down if isinstance(f, LLMUsageFrame))
+    texts = [f.text for f in down if isinstance(f, pf.LLMTextFrame)]
+    usage = next(f for f in down if isinstance(f, af.LLMUsageFrame))
     assert texts and "".join(texts).strip()
-    assert any(isinstance(f, TimelineEventFrame) and f.event == "llm_request" for f in down)
+    assert any(isinstance(f, af.TimelineEventFrame) and f.event == "llm_request" for f in down)
     # The answer editor may pass several held tokens on as one frame.
     assert usage.error is None and usage.completion_tokens >= len(texts)
     # The static system prompt was prefilled at load: most of the prompt is a cache hit.
     assert usage.cached_tokens / usage.prompt_tokens >= 0.6
-    assert isinstance(down[-1], LLMFullResponseEndFrame)
+    assert isinstance(down[-1], pf.LLMFullResponseEndFrame)
 
 
 async def test_engine_down_speaks_a_fallback_and_records_the_error(settings):
@@ -103,10 +86,10 @@ async def test_engine_down_speaks_a_fallback_and_records_the_error(settings):
     engine = OpenAIChatEngine(f"http://127.0.0.1:{port}/v1", "none", settings.llm)
     llm = StreamingLLM(engine, settings.llm.model_copy(update={"keepalive_secs": 0}), CallClock())
     down, _ = await run_test(
-        llm, frames_to_send=[LLMContextFrame(context=context("Hello?")), SleepFrame(sleep=2)]
+        llm, frames_to_send=[pf.LLMContextFrame(context=context("Hello?")), SleepFrame(sleep=2)]
     )
-    assert [f.text for f in down if isinstance(f, LLMTextFrame)] == [settings.llm.fallback_line]
-    usage = next(f for f in down if isinstance(f, LLMUsageFrame))
+    assert [f.text for f in down if isinstance(f, pf.LLMTextFrame)] == [settings.llm.fallback_line]
+    usage = next(f for f in down if isinstance(f, af.LLMUsageFrame))
     assert usage.error and "APIConnectionError" in usage.error
 
 
@@ -120,7 +103,7 @@ class InterruptAtFirstToken(FrameProcessor):
     async def process_frame(self, frame, direction):
         await super().process_frame(frame, direction)
         await self.push_frame(frame, direction)
-        if isinstance(frame, LLMTextFrame) and not self.done:
+        if isinstance(frame, pf.LLMTextFrame) and not self.done:
             self.done = True
             await self.broadcast_interruption()
 
@@ -134,13 +117,13 @@ async def test_interruption_stops_decoding_at_once(inprocess, settings):
     ask = context("Tell me a very long story about a dragon and a knight, in detail.")
 
     def frames():  # the call stays open until the barge-in
-        yield LLMContextFrame(context=ask)
+        yield pf.LLMContextFrame(context=ask)
         yield from wait_until(lambda: stopper.done)
         yield SleepFrame(sleep=0.2)
 
     down, _ = await run_test(Pipeline([llm, stopper]), frames_to_send=frames())
     await asyncio.get_running_loop().run_in_executor(inprocess._executor, lambda: None)  # idle
-    received = [f for f in down if isinstance(f, LLMTextFrame)]
+    received = [f for f in down if isinstance(f, pf.LLMTextFrame)]
     assert 0 < len(received) < long.max_tokens
     # The engine's own counter: prompt + what it decoded. Had decoding gone on after the
     # interruption, it would be far past what reached the pipeline (the answer editor may
@@ -168,7 +151,7 @@ def test_history_is_trimmed_in_whole_pairs_and_steps():
 
 
 def event_at(frames: list, name: str) -> list[float]:
-    return [f.at_ms for f in frames if isinstance(f, TimelineEventFrame) and f.event == name]
+    return [f.at_ms for f in frames if isinstance(f, af.TimelineEventFrame) and f.event == name]
 
 
 async def test_speculative_answer_is_held_until_the_turn_confirms_it(inprocess, settings):
@@ -178,40 +161,40 @@ async def test_speculative_answer_is_held_until_the_turn_confirms_it(inprocess, 
     ask = context("What is the capital of France?")
 
     def frames():
-        yield SpeculativeTurnFrame(messages=list(ask.messages))
-        yield from wait_until(lambda: HeldAnswerTextFrame in tap.seen)  # detector still deciding
-        yield TextFrame(text="turn confirmed")
-        yield LLMContextFrame(context=ask)
-        yield from wait_until(lambda: LLMFullResponseEndFrame in tap.seen)
+        yield af.SpeculativeTurnFrame(messages=list(ask.messages))
+        yield from wait_until(lambda: af.HeldAnswerTextFrame in tap.seen)  # detector still deciding
+        yield pf.TextFrame(text="turn confirmed")
+        yield pf.LLMContextFrame(context=ask)
+        yield from wait_until(lambda: pf.LLMFullResponseEndFrame in tap.seen)
 
     down, _ = await run_test(Pipeline([llm, tap]), frames_to_send=frames())
-    marker = next(i for i, f in enumerate(down) if isinstance(f, TextFrame) and not
-                  isinstance(f, LLMTextFrame))  # fmt: skip
-    first_text = next(i for i, f in enumerate(down) if isinstance(f, LLMTextFrame))
+    marker = next(i for i, f in enumerate(down) if isinstance(f, pf.TextFrame) and not
+                  isinstance(f, pf.LLMTextFrame))  # fmt: skip
+    first_text = next(i for i, f in enumerate(down) if isinstance(f, pf.LLMTextFrame))
     assert marker < first_text  # nothing was spoken before the turn ended
     # ... but its text so far was shown downstream, for synthesis to prepare the first phrase
-    held = [(i, f.text) for i, f in enumerate(down) if isinstance(f, HeldAnswerTextFrame)]
+    held = [(i, f.text) for i, f in enumerate(down) if isinstance(f, af.HeldAnswerTextFrame)]
     assert held and held[0][0] < marker
     assert all(b.startswith(a) for (_, a), (_, b) in zip(held, held[1:], strict=False))
-    spoken = "".join(f.text for f in down if isinstance(f, LLMTextFrame))
+    spoken = "".join(f.text for f in down if isinstance(f, pf.LLMTextFrame))
     assert spoken.startswith(held[-1][1])
-    usage = [f for f in down if isinstance(f, LLMUsageFrame)]
+    usage = [f for f in down if isinstance(f, af.LLMUsageFrame)]
     assert len(usage) == 1 and usage[0].speculative and usage[0].speculation_misses == 0
     # The first token's time is when it arrived (while held), not when it was released.
     (first_token,) = event_at(down, "llm_first_token")
-    assert first_token <= tap.seen[HeldAnswerTextFrame] < tap.seen[TextFrame]
+    assert first_token <= tap.seen[af.HeldAnswerTextFrame] < tap.seen[pf.TextFrame]
 
 
-def went_on_talking(paused: float, paused_again: float, answer: float) -> list[Frame]:
+def went_on_talking(paused: float, paused_again: float, answer: float) -> list[pf.Frame]:
     """A pause that was not the turn's end (speculated on), another, then a different turn."""
     paris, spain = context("What is the capital of France?"), context("Tell me about Spain.")
     return [
-        SpeculativeTurnFrame(messages=list(paris.messages)),
+        af.SpeculativeTurnFrame(messages=list(paris.messages)),
         SleepFrame(sleep=paused),
-        VADUserStartedSpeakingFrame(),  # the caller went on talking
-        SpeculativeTurnFrame(messages=list(paris.messages)),
+        pf.VADUserStartedSpeakingFrame(),  # the caller went on talking
+        af.SpeculativeTurnFrame(messages=list(paris.messages)),
         SleepFrame(sleep=paused_again),
-        LLMContextFrame(context=spain),  # the final transcript differs
+        pf.LLMContextFrame(context=spain),  # the final transcript differs
         SleepFrame(sleep=answer),
     ]
 
@@ -226,17 +209,17 @@ async def test_a_changed_or_resumed_turn_drops_the_speculative_answer(inprocess,
     paris, spain = context("What is the capital of France?"), context("Tell me about Spain.")
 
     def frames():
-        yield SpeculativeTurnFrame(messages=list(paris.messages))
+        yield af.SpeculativeTurnFrame(messages=list(paris.messages))
         yield SleepFrame(sleep=0.5)
-        yield VADUserStartedSpeakingFrame()  # the caller went on talking
-        yield SpeculativeTurnFrame(messages=list(paris.messages))
+        yield pf.VADUserStartedSpeakingFrame()  # the caller went on talking
+        yield af.SpeculativeTurnFrame(messages=list(paris.messages))
         yield SleepFrame(sleep=1.0)
-        yield LLMContextFrame(context=spain)  # the final transcript differs
-        yield from wait_until(lambda: LLMFullResponseEndFrame in tap.seen)
+        yield pf.LLMContextFrame(context=spain)  # the final transcript differs
+        yield from wait_until(lambda: pf.LLMFullResponseEndFrame in tap.seen)
 
     down, _ = await run_test(Pipeline([llm, tap]), frames_to_send=frames())
-    assert sum(isinstance(f, LLMFullResponseStartFrame) for f in down) == 1
-    (usage,) = [f for f in down if isinstance(f, LLMUsageFrame)]
+    assert sum(isinstance(f, pf.LLMFullResponseStartFrame) for f in down) == 1
+    (usage,) = [f for f in down if isinstance(f, af.LLMUsageFrame)]
     assert not usage.speculative and usage.speculation_misses == 2
     assert len(event_at(down, "llm_request")) == 1
 
@@ -259,14 +242,14 @@ async def test_the_turn_so_far_is_prefilled_while_the_caller_speaks(inprocess, s
     )
 
     def frames():
-        yield PartialTurnFrame(messages=list(so_far.messages))
+        yield af.PartialTurnFrame(messages=list(so_far.messages))
         # the caller says the last words (meanwhile, with prefill on, the cache takes the rest)
         yield from wait_until(lambda: not prefill or inprocess._cached(partial) == len(partial))
-        yield LLMContextFrame(context=context(said))
-        yield from wait_until(lambda: LLMFullResponseEndFrame in tap.seen)
+        yield pf.LLMContextFrame(context=context(said))
+        yield from wait_until(lambda: pf.LLMFullResponseEndFrame in tap.seen)
 
     down, _ = await run_test(Pipeline([llm, tap]), frames_to_send=frames())
-    (usage,) = [f for f in down if isinstance(f, LLMUsageFrame)]
+    (usage,) = [f for f in down if isinstance(f, af.LLMUsageFrame)]
     # Left to prefill at the turn's end: the user text and the answer header, or (prefilled)
     # only its last two words and the header.
     header = inprocess.llm.tokenize(b"<|im_end|>\n<|im_start|>assistant\n", False, True)
@@ -282,14 +265,14 @@ async def test_interim_transcripts_pass_on_and_offer_the_turn_so_far():
     earlier = [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello!"}]
     ctx = LLMContext(messages=list(earlier))
     interims = [
-        InterimTranscriptionFrame(text=text, user_id="caller", timestamp="")
+        pf.InterimTranscriptionFrame(text=text, user_id="caller", timestamp="")
         for text in ("How far is", " ... ")  # the second has no words to prefill
     ]
     down, _ = await run_test(UserTurnAggregator(ctx), frames_to_send=interims)
     assert [type(f) for f in down] == [
-        InterimTranscriptionFrame,
-        PartialTurnFrame,
-        InterimTranscriptionFrame,
+        pf.InterimTranscriptionFrame,
+        af.PartialTurnFrame,
+        pf.InterimTranscriptionFrame,
     ]
     assert down[1].messages == [*earlier, {"role": "user", "content": "How far is"}]
     assert ctx.get_messages() == earlier  # the context takes only final transcripts
@@ -308,18 +291,18 @@ class FirstPhraseSynthesis(FrameProcessor):
 
     async def process_frame(self, frame, direction):
         await super().process_frame(frame, direction)
-        if isinstance(frame, LLMTextFrame):
+        if isinstance(frame, pf.LLMTextFrame):
             self.arrivals.append(time.monotonic())
             if len(self.arrivals) == 3:
                 self.create_task(self._synthesise())
         await self.push_frame(frame, direction)
 
     async def _synthesise(self) -> None:
-        await self.push_frame(FirstPhraseSynthesisFrame(busy=True), FrameDirection.UPSTREAM)
+        await self.push_frame(af.FirstPhraseSynthesisFrame(busy=True), FrameDirection.UPSTREAM)
         start = time.monotonic()
         await asyncio.sleep(self.BUSY_SECS)
         self.busy = (start, time.monotonic())
-        await self.push_frame(FirstPhraseSynthesisFrame(busy=False), FrameDirection.UPSTREAM)
+        await self.push_frame(af.FirstPhraseSynthesisFrame(busy=False), FrameDirection.UPSTREAM)
 
 
 @pytest.mark.parametrize("pause", [False, True])
@@ -342,9 +325,9 @@ async def test_decoding_pauses_while_the_first_phrase_is_synthesised(
     tap = Tap(clock)
 
     def frames():  # the answer and the phrase both over (unpaused, the answer ends first)
-        yield LLMContextFrame(context=ask)
+        yield pf.LLMContextFrame(context=ask)
         yield from wait_until(
-            lambda: LLMFullResponseEndFrame in tap.seen and synthesis.busy is not None
+            lambda: pf.LLMFullResponseEndFrame in tap.seen and synthesis.busy is not None
         )
 
     await run_test(
@@ -370,8 +353,8 @@ async def test_an_idle_call_keeps_its_conversation_in_the_in_process_cache(inpro
     tap = Tap(CallClock())
 
     def frames():
-        yield LLMContextFrame(context=ask)
-        yield from wait_until(lambda: LLMFullResponseEndFrame in tap.seen)
+        yield pf.LLMContextFrame(context=ask)
+        yield from wait_until(lambda: pf.LLMFullResponseEndFrame in tap.seen)
         yield SleepFrame(sleep=2.0)  # idle for several keepalive periods
 
     await run_test(Pipeline([llm, tap]), frames_to_send=frames())
@@ -397,20 +380,20 @@ async def test_a_speculative_answer_is_held_then_released_whole(settings):
     down, _ = await run_test(
         scripted_llm(engine, settings),
         frames_to_send=[
-            SpeculativeTurnFrame(messages=list(ask.messages)),
+            af.SpeculativeTurnFrame(messages=list(ask.messages)),
             SleepFrame(sleep=0.05),  # the whole answer is decoded while the turn is open
-            TextFrame(text="turn confirmed"),
-            LLMContextFrame(context=ask),
+            pf.TextFrame(text="turn confirmed"),
+            pf.LLMContextFrame(context=ask),
             SleepFrame(sleep=0.05),
         ],
     )
-    marker = next(i for i, f in enumerate(down) if type(f) is TextFrame)
-    spoken = [i for i, f in enumerate(down) if isinstance(f, LLMTextFrame)]
+    marker = next(i for i, f in enumerate(down) if type(f) is pf.TextFrame)
+    spoken = [i for i, f in enumerate(down) if isinstance(f, pf.LLMTextFrame)]
     assert spoken and marker < spoken[0]
-    held = [f.text for f in down if isinstance(f, HeldAnswerTextFrame)]
+    held = [f.text for f in down if isinstance(f, af.HeldAnswerTextFrame)]
     assert held[-1] == "".join(ANSWER) == "".join(down[i].text for i in spoken)
     assert len(engine.requests) == 1  # the confirmed turn did not ask again
-    (usage,) = [f for f in down if isinstance(f, LLMUsageFrame)]
+    (usage,) = [f for f in down if isinstance(f, af.LLMUsageFrame)]
     assert usage.speculative and usage.speculation_misses == 0
 
 
@@ -422,20 +405,24 @@ async def test_the_caller_going_on_drops_the_speculation_and_counts_a_miss(setti
     assert [m[-1]["content"] for m in engine.requests] == [
         "What is the capital of France?", "What is the capital of France?", "Tell me about Spain."
     ]  # fmt: skip
-    assert sum(isinstance(f, LLMFullResponseStartFrame) for f in down) == 1
-    assert "".join(f.text for f in down if isinstance(f, LLMTextFrame)) == "".join(ANSWER)
-    (usage,) = [f for f in down if isinstance(f, LLMUsageFrame)]
+    assert sum(isinstance(f, pf.LLMFullResponseStartFrame) for f in down) == 1
+    assert "".join(f.text for f in down if isinstance(f, pf.LLMTextFrame)) == "".join(ANSWER)
+    (usage,) = [f for f in down if isinstance(f, af.LLMUsageFrame)]
     assert not usage.speculative and usage.speculation_misses == 2
 
 
 async def test_a_barge_in_stops_decoding_at_the_next_token(settings):
     engine = ScriptedEngine([f" w{i}" for i in range(200)], token_secs=0.005)
-    frames = [LLMContextFrame(context=context("Talk.")), SleepFrame(sleep=0.1), InterruptionFrame()]
+    frames = [
+        pf.LLMContextFrame(context=context("Talk.")),
+        SleepFrame(sleep=0.1),
+        pf.InterruptionFrame(),
+    ]
     down, _ = await run_test(
         scripted_llm(engine, settings, max_tokens=200),
         frames_to_send=[*frames, SleepFrame(sleep=0.1)],
     )
-    received = [f for f in down if isinstance(f, LLMTextFrame)]
+    received = [f for f in down if isinstance(f, pf.LLMTextFrame)]
     assert 0 < len(received) < 200
     assert len(received) <= engine.decoded <= len(received) + 1
 
@@ -444,13 +431,13 @@ async def test_an_engine_failing_mid_answer_ends_it_with_the_fallback_and_the_er
     engine = ScriptedEngine(fail_after=3)
     down, _ = await run_test(
         scripted_llm(engine, settings),
-        frames_to_send=[LLMContextFrame(context=context("Hello?")), SleepFrame(sleep=0.05)],
+        frames_to_send=[pf.LLMContextFrame(context=context("Hello?")), SleepFrame(sleep=0.05)],
     )
-    texts = [f.text for f in down if isinstance(f, LLMTextFrame)]
+    texts = [f.text for f in down if isinstance(f, pf.LLMTextFrame)]
     assert texts == [*ANSWER[:3], " " + settings.llm.fallback_line]
-    (usage,) = [f for f in down if isinstance(f, LLMUsageFrame)]
+    (usage,) = [f for f in down if isinstance(f, af.LLMUsageFrame)]
     assert usage.error == "llm (scripted): RuntimeError: injected engine fault"
-    assert isinstance(down[-1], LLMFullResponseEndFrame)
+    assert isinstance(down[-1], pf.LLMFullResponseEndFrame)
 
 
 @pytest.mark.parametrize("pause", [False, True])
@@ -462,7 +449,7 @@ async def test_a_scripted_answer_pauses_while_the_first_phrase_is_synthesised(se
         return synthesis.busy is not None and synthesis.arrivals[-1] > synthesis.busy[1]
 
     def frames():
-        yield LLMContextFrame(context=context("Talk."))
+        yield pf.LLMContextFrame(context=context("Talk."))
         yield from wait_until(resumed)
 
     await run_test(

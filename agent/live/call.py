@@ -9,8 +9,10 @@ nothing is left to play) and its files are written under ``calls/<timestamp>-<ki
 leaves its turns behind, and every ``report_every_turns`` finished turns a ``rolling summary:``
 line (voice-to-voice p50/p95 so far, turns over budget) is logged and sent to the client as a
 ``summary`` event. With ``otel_endpoint`` set, the final records are exported as spans.
-Each turn's record is handed once to ``on_turns`` (the server's metrics) when its answer
-finishes, and the turns never answered when the call ends.
+Each turn's record is handed once to ``on_turns`` (the server's metrics) once it is settled: its
+answer has been heard, or a later turn began, or the call ended. An answer can "finish" before
+the turn's own answer played (the greeting stopping after the caller's turn ended, an answer
+cut off before it began); a record handed then would count the turn without its latency.
 
 The turn records are taken from the timer when an answer finishes (the bot stopped, was
 interrupted, or had nothing to say), so a barge-in's ``interrupted`` event has landed on the
@@ -117,6 +119,14 @@ def answered_turn(turns: list[Turn]) -> Turn | None:
         if turn.events["turn_end"] is not None:
             return turn
     return None
+
+
+def settled_turns(turns: list[Turn]) -> int:
+    """How many turns, from the first, have records that will not change: every turn before
+    the latest, and the latest once its answer has been heard."""
+    if not turns:
+        return 0
+    return len(turns) - (turns[-1].events["first_audio_out"] is None)
 
 
 class CallObserver(BaseObserver):
@@ -296,8 +306,7 @@ class LiveCall:
         records = self._records(final=False)
         self._write_turns(records)
         finished = answered_turn(self._timer.turns) if self._timer is not None else None
-        if finished is not None:
-            self._hand_on(records[: finished.number])
+        self._hand_on(records[: settled_turns(self._timer.turns)] if self._timer else [])
         if not self._report_every or finished is None:
             return
         if finished.number >= self._reported + self._report_every:

@@ -42,7 +42,12 @@ SYSTEM_PROMPT = (
     "lists, markdown or emoji."
 )
 GREETING = "Hi, this is {bot_name}. How can I help you?"
-FALLBACK_LINE = "Sorry, I lost my train of thought. Could you say that again?"
+# Said in turn, so that a call that needs the fallback twice does not hear the same words twice.
+FALLBACK_LINES = (
+    "Sorry, I lost my train of thought. Could you say that again?",
+    "I didn't quite get that. Could you put it another way?",
+    "Let's try once more: what would you like to know?",
+)
 
 
 def _default_models_dir() -> Path:
@@ -187,8 +192,12 @@ class LLMSettings(BaseModel):
     greeting: str = Field(
         GREETING, description="spoken first when a live call starts (replay: --greeting); '' none"
     )
-    fallback_line: str = Field(
-        FALLBACK_LINE, description="spoken when the engine fails or has nothing new to say"
+    fallback_lines: list[str] = Field(
+        list(FALLBACK_LINES),
+        min_length=1,
+        validation_alias=AliasChoices("fallback_lines", "fallback_line"),
+        description="spoken when the engine fails or has nothing new to say: the first not "
+        "yet said in the call (one line or a list; fallback_line is the same setting)",
     )
     timeout_secs: float = Field(
         8.0, gt=0, description="an engine silent this long (first token or between tokens) failed"
@@ -219,11 +228,16 @@ class LLMSettings(BaseModel):
     @model_validator(mode="after")
     def _name_the_bot(self) -> LLMSettings:
         """Put the bot's name in the persona texts once, so every request sends the same bytes."""
-        for name in ("system_prompt", "greeting", "fallback_line"):
-            text = getattr(self, name)
-            if "{bot_name}" in text:
-                object.__setattr__(self, name, text.replace("{bot_name}", self.bot_name))
+        for name in ("system_prompt", "greeting"):
+            object.__setattr__(self, name, getattr(self, name).replace("{bot_name}", self.bot_name))
+        named = [line.replace("{bot_name}", self.bot_name) for line in self.fallback_lines]
+        object.__setattr__(self, "fallback_lines", named)
         return self
+
+    @field_validator("fallback_lines", mode="before")
+    @classmethod
+    def _one_line_is_a_list(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
 
 
 class TTSSettings(BaseModel):

@@ -133,7 +133,14 @@ async def test_an_echo_of_the_caller_is_not_spoken():
 async def test_a_repeat_on_both_tries_speaks_the_fallback_line():
     engine = ScriptedEngine("Hello there.", "Hello there.")
     said = await spoken(engine, history("Hi.", "Hello there.", "Hi again."))
-    assert said == SETTINGS.fallback_line
+    assert said == SETTINGS.fallback_lines[0]
+
+
+async def test_a_call_that_needs_the_fallback_again_hears_other_words():
+    first, second, *_ = SETTINGS.fallback_lines
+    engine = ScriptedEngine("Hello there.", "Hello there.")
+    said = await spoken(engine, history("Hi.", "Hello there.", "Hi?", first, "Hi again."))
+    assert said == second and not repeats(second, [first])
 
 
 async def test_a_phrase_looping_inside_the_answer_is_cut():
@@ -159,7 +166,7 @@ async def test_answers_that_diverge_at_once_are_not_held_back():
 
 
 def test_the_history_drops_degenerate_answers_and_keeps_what_the_caller_said():
-    fallback = SETTINGS.fallback_line
+    fallback = SETTINGS.fallback_lines[0]
     full = history(
         "Hi, I'm Maria.", "I'm glad to see you again.",
         "What part of the United States is your home?", "I'm glad to see you again.",
@@ -222,7 +229,9 @@ def test_the_persona_comes_from_the_config_file(tmp_path):
     s = load_settings(config).llm
     assert s.system_prompt == "You are Juno, the front desk of a small hotel."
     assert s.greeting == "Hotel Aurora, Juno speaking."
-    assert s.fallback_line == "Sorry, could you repeat that?"
+    assert s.fallback_lines == ["Sorry, could you repeat that?"]  # one line is a list of one
+    config.write_text('llm:\n  fallback_lines: ["Say again, {bot_name}?", "Pardon?"]\n')
+    assert load_settings(config).llm.fallback_lines == ["Say again, Ava?", "Pardon?"]
 
 
 async def test_the_system_prompt_is_the_same_bytes_first_in_every_request():

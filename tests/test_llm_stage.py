@@ -88,7 +88,7 @@ async def test_engine_down_speaks_a_fallback_and_records_the_error(settings):
     down, _ = await run_test(
         llm, frames_to_send=[pf.LLMContextFrame(context=context("Hello?")), SleepFrame(sleep=2)]
     )
-    assert [f.text for f in down if isinstance(f, pf.LLMTextFrame)] == [settings.llm.fallback_line]
+    assert [f.text for f in down if isinstance(f, pf.LLMTextFrame)] == [settings.llm.fallback_lines[0]]
     usage = next(f for f in down if isinstance(f, af.LLMUsageFrame))
     assert usage.error and "APIConnectionError" in usage.error
 
@@ -434,7 +434,7 @@ async def test_an_engine_failing_mid_answer_ends_it_with_the_fallback_and_the_er
         frames_to_send=[pf.LLMContextFrame(context=context("Hello?")), SleepFrame(sleep=0.05)],
     )
     texts = [f.text for f in down if isinstance(f, pf.LLMTextFrame)]
-    assert texts == [*ANSWER[:3], " " + settings.llm.fallback_line]
+    assert texts == [*ANSWER[:3], " " + settings.llm.fallback_lines[0]]
     (usage,) = [f for f in down if isinstance(f, af.LLMUsageFrame)]
     assert usage.error == "llm (scripted): RuntimeError: injected engine fault"
     assert isinstance(down[-1], pf.LLMFullResponseEndFrame)

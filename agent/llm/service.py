@@ -54,7 +54,7 @@ from agent.frames import (
     StopAnswerFrame,
     TimelineEventFrame,
 )
-from agent.llm.answer import AnswerEditor, Verdict
+from agent.llm.answer import AnswerEditor, Verdict, repeats
 from agent.llm.engines import ChatEngine, Sampling, Usage
 from agent.llm.prompt import prefix_after_trim, prompt_messages
 from agent.settings import LLMSettings
@@ -149,7 +149,7 @@ class StreamingLLM(FrameProcessor):
 
     def _prompt(self, history: list[dict]) -> list[dict]:
         s = self._settings
-        return prompt_messages(s.system_prompt, history, s.history_turns, [s.fallback_line])
+        return prompt_messages(s.system_prompt, history, s.history_turns, s.fallback_lines)
 
     async def _cancel(self) -> bool:
         """Stop the answer in progress, if any; True when there was one."""
@@ -259,11 +259,12 @@ class StreamingLLM(FrameProcessor):
                 )
                 verdict, usage = await self._stream_edited(retry, editor, arrivals, sampling)
             if not editor.text.strip():  # nothing new to say
-                await self._emit(LLMTextFrame(text=s.fallback_line))
+                await self._emit(LLMTextFrame(text=self._fallback(said)))
         except ENGINE_ERRORS as exc:
             error = f"llm ({self._engine.name}): {error_line(exc, ENGINE_ERROR_CHARS)}"
             spoken = editor.text
-            await self._emit(LLMTextFrame(text=(" " if spoken else "") + s.fallback_line))
+            fallback = self._fallback([*said, spoken])
+            await self._emit(LLMTextFrame(text=(" " if spoken else "") + fallback))
         finally:
             self._last_request = self._clock.now_ms() / 1000
         gaps = [1000 * (b - a) for a, b in zip(arrivals, arrivals[1:], strict=False)]
@@ -279,6 +280,12 @@ class StreamingLLM(FrameProcessor):
         )
         await self._emit(LLMFullResponseEndFrame())
         return None if error else editor.text
+
+    def _fallback(self, said: list[str]) -> str:
+        """The first fallback line this call has not heard yet (the first one again when it
+        heard them all): the same words twice sound like a machine stuck."""
+        lines = self._settings.fallback_lines
+        return next((line for line in lines if not repeats(line, said)), lines[0])
 
     async def _stream_edited(
         self,
@@ -322,7 +329,7 @@ class StreamingLLM(FrameProcessor):
         """
         s = self._settings
         upcoming = prefix_after_trim(
-            s.system_prompt, history, answer, s.history_turns, [s.fallback_line]
+            s.system_prompt, history, answer, s.history_turns, s.fallback_lines
         )
         if upcoming is not None:
             await self._complete_quietly(upcoming)

@@ -88,7 +88,8 @@ async def test_engine_down_speaks_a_fallback_and_records_the_error(settings):
     down, _ = await run_test(
         llm, frames_to_send=[pf.LLMContextFrame(context=context("Hello?")), SleepFrame(sleep=2)]
     )
-    assert [f.text for f in down if isinstance(f, pf.LLMTextFrame)] == [settings.llm.fallback_lines[0]]
+    said = [f.text for f in down if isinstance(f, pf.LLMTextFrame)]
+    assert said == [settings.llm.fallback_lines[0]]
     usage = next(f for f in down if isinstance(f, af.LLMUsageFrame))
     assert usage.error and "APIConnectionError" in usage.error
 

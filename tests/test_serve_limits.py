@@ -158,10 +158,12 @@ async def test_made_up_marks_are_not_kept(server):
             peak = max(peak, rss_kib(pid))
         assert not phone.closed.is_set()
         assert await phone.hang_up(30)
-    # Kept marks would show as hundreds of MB; what moves the peak otherwise (the websocket's
-    # queue of up to 16 messages of 64 KiB, the socket buffers, malloc's per-thread arenas
-    # holding freed 60 KB strings) grows with how far the server lags on a loaded machine:
-    # 12.5 MiB was seen there. A tenth of what was sent separates the two.
+    # Kept marks would show as hundreds of MB; so did a server that accepted permessage-deflate
+    # (the client offers it): one 256 KiB read of these compressed marks inflates to ~100 MB
+    # before the read pauses. What moves the peak otherwise (the websocket's queue of up to 16
+    # messages of 64 KiB, the socket buffers, malloc's arenas holding freed 60 KB strings)
+    # grows with how far the server lags on a loaded machine: 12.5 MiB was seen there. A
+    # tenth of what was sent separates the two.
     sent_kib = 5000 * len(mark) // 1024
     assert peak - before < sent_kib // 10, f"grew {peak - before} KiB of {sent_kib} KiB sent"
     warned = [line for line in server.stderr if "mark the server did not send" in line]

@@ -83,6 +83,10 @@ MAX_MESSAGE_BYTES = 64 * 1024
 # connection; Linux doubles it) hold a few seconds of bot audio; a send that stays blocked
 # past transports.live.SEND_STALL_SECS drops that call.
 WRITE_LIMIT_BYTES = 16 * 1024
+# No permessage-deflate: the message size limit counts inflated bytes, but one socket read is
+# inflated whole before the read pauses, so 256 KiB of compressed made-up messages became
+# ~100 MB held at once; audio compresses poorly anyway, and deflate costs CPU per message.
+COMPRESSION = None
 SOCKET_SEND_BUFFER_BYTES = 16 * 1024
 MIN_TOKEN_CHARS = 16
 SECURITY_HEADERS = {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
@@ -529,7 +533,7 @@ async def serve_calls(
     try:
         async with serve(
             server.handle, host, port, process_request=server.process_request,
-            max_size=MAX_MESSAGE_BYTES, write_limit=WRITE_LIMIT_BYTES,
+            max_size=MAX_MESSAGE_BYTES, write_limit=WRITE_LIMIT_BYTES, compression=COMPRESSION,
         ) as ws_server:  # fmt: skip
             bound = next(iter(ws_server.sockets)).getsockname()[1]
             server.bound(host, bound)

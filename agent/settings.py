@@ -119,20 +119,32 @@ class TurnSettings(BaseModel):
         "when the VAD pauses (None: passes on their cadence and at the VAD's pause only)",
     )
     smart_turn: bool = Field(True, description="ask Smart Turn v3 whether the turn is complete")
-    smart_turn_lean: float = Field(
-        0.3,
+    smart_turn_sure: float = Field(
+        0.9,
         ge=0,
         le=1,
-        description="Smart Turn probability that ends the turn when the transcript so far "
-        "ends a sentence",
+        description="Smart Turn probability that ends the turn at the stop window (the bar "
+        "falls from here to smart_turn_lean as the silence grows; benchmarks/eot_sweep.py)",
+    )
+    smart_turn_lean: float = Field(
+        0.7, ge=0, le=1, description="the bar once the silence reaches patience_secs"
+    )
+    patience_secs: float = Field(
+        0.6, gt=0, description="silence by which the bar has fallen to smart_turn_lean"
+    )
+    text_credit: float = Field(
+        0.2,
+        ge=0,
+        le=1,
+        description="how far the bar drops when recognition's words so far end a sentence",
     )
     phone_smart_turn_lean: float | None = Field(
-        0.05,
+        None,
         ge=0,
         le=1,
-        description="smart_turn_lean on phone calls: Smart Turn, trained on wideband speech, "
-        "hears a finished sentence in 8 kHz audio as less finished (scripts/"
-        "benchmarks/endpointing.py --line phone; None: the same as smart_turn_lean)",
+        description="smart_turn_lean on phone calls, where Smart Turn (trained on wideband "
+        "speech) may hear a finished sentence as less finished; None: the same as on "
+        "wideband (benchmarks/eot_sweep.py --line phone)",
     )
     max_silence_secs: float = Field(
         1.5, gt=0, description="silence after which the turn ends whatever the detector says"

@@ -162,8 +162,8 @@ async def test_only_a_short_sound_waits_for_the_transcript_to_tell_noise_from_wo
     start, end = speech_bounds(home, RATE)
     speech = home[start : start + speech_ms * RATE // 1000] if speech_ms else home[start:end]
     pcm = np.concatenate([np.zeros(RATE // 2, np.int16), speech, np.zeros(RATE, np.int16)])
-    # lean 1: only Smart Turn's own verdict ends the turn, so no other rule asks for the text
-    turn = settings.turn.model_copy(update={"smart_turn_lean": 1.0})
+    # no text credit: only Smart Turn's own verdict ends the turn, so nothing asks for the text
+    turn = settings.turn.model_copy(update={"text_credit": 0.0})
     detector = TextWaitCounter(turn, TurnModels.load(), AudioClock(), rate=RATE)
     await run_test(detector, frames_to_send=audio_frames(pcm))
     assert (detector.waits > 0) is waits

@@ -11,18 +11,20 @@ Frames out (audio passes straight through first, so recognition never waits on u
   speculative final pass, or keeps the lull's; Smart Turn starts judging the audio so far),
   ``VADUserStartedSpeakingFrame`` if speech resumes in the turn;
 - ``VADUserStoppedSpeakingFrame`` when the stop window has passed;
-- ``UserStoppedSpeakingFrame`` (``turn_end``) once Smart Turn calls the turn complete (or
-  calls it likely, ``smart_turn_lean``, and recognition's pause transcript ends a sentence),
-  at the pause or, failing that, judged again when the stop window has passed,
-  or the silence reaches ``max_silence_secs``: checked as each audio frame arrives (which
-  lets benchmarks/endpointing.py run the detector faster than real time) and on the wall
-  clock too (a client may stop sending audio while it waits for the answer).
+- ``UserStoppedSpeakingFrame`` (``turn_end``) once Smart Turn's verdict clears the bar of
+  ``EndOfTurnPolicy`` for the silence so far (judged at the pause and the stop window, then
+  again at each of ``REJUDGE_SECS``; the bar falls as the silence grows, and lower when
+  recognition's pause transcript ends a sentence), or the silence reaches
+  ``max_silence_secs``. Both are checked as each audio frame arrives (which lets benchmarks
+  run the detector faster than real time), the fallback on the wall clock too (a client may
+  stop sending audio while it waits for the answer).
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import functools
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -61,7 +63,49 @@ from agent.settings import TurnSettings
 
 SMART_TURN_MAX_SECS = 8
 PAUSE_TEXT_WAIT_SECS = 0.3  # how long a likely end of turn waits for the pause transcript
+# Silence (s) after which Smart Turn judges again when it has not yet ended the turn.
+REJUDGE_SECS = (0.25, 0.35, 0.45, 0.6, 0.75, 0.9, 1.2)
 LULL_MARGIN_DB = 10.0  # a frame this far over the line's noise floor is a sound, not a lull
+
+
+def ends_sentence(text: str) -> bool:
+    """Whether recognition's words so far end with a sentence's closing punctuation."""
+    return text.rstrip().endswith((".", "?", "!"))
+
+
+@dataclass(frozen=True)
+class EndOfTurnPolicy:
+    """How sure Smart Turn must be to end the turn after a given silence.
+
+    The bar falls as the silence grows: ``sure`` at the stop window, down to ``lean`` once the
+    silence reaches ``patience``; a transcript that ends a sentence lowers it by
+    ``text_credit``. A caller who pauses mid-thought is rarely silent long, so a short
+    silence needs a confident verdict and a long one a likely one.
+    """
+
+    stop_secs: float
+    sure: float
+    lean: float
+    patience: float
+    text_credit: float
+
+    @classmethod
+    def from_settings(cls, turn: TurnSettings) -> EndOfTurnPolicy:
+        return cls(stop_secs=turn.vad_stop_secs, sure=turn.smart_turn_sure,
+                   lean=turn.smart_turn_lean, patience=turn.patience_secs,
+                   text_credit=turn.text_credit)  # fmt: skip
+
+    def with_patience(self, secs: float) -> EndOfTurnPolicy:
+        return dataclasses.replace(self, patience=secs)
+
+    def bar(self, silence_secs: float, sentence: bool) -> float:
+        """The Smart Turn probability that ends the turn after ``silence_secs`` of silence."""
+        span = max(1e-6, self.patience - self.stop_secs)
+        f = min(1.0, max(0.0, (silence_secs - self.stop_secs) / span))
+        return self.sure + (self.lean - self.sure) * f - (self.text_credit if sentence else 0.0)
+
+    def ends(self, probability: float, silence_secs: float, sentence: bool) -> bool:
+        return probability >= self.bar(silence_secs, sentence)
 
 
 @dataclass
@@ -148,6 +192,9 @@ class TurnDetector(FrameProcessor):
         self._verdict: asyncio.Future | None = None
         self._decision: asyncio.Task | None = None
         self._fallback_at_ms: float | None = None
+        self._policy = EndOfTurnPolicy.from_settings(settings)
+        self._rejudge_at: list[float] = []  # call times of the judgements still to come
+        self._words_heard = False
         self._pause_text = ""
         self._pause_text_ready = asyncio.Event()
         self._onset = None if settings.hold_onset_db is None else SoundOnset(settings.hold_onset_db)
@@ -198,6 +245,8 @@ class TurnDetector(FrameProcessor):
             await self._report_lull(state)
         if self._fallback_at_ms is not None and self._clock.now_ms() >= self._fallback_at_ms:
             await self._end_turn("max_silence", self._settings.max_silence_secs)
+        if self._rejudge_at and self._in_turn:
+            self._maybe_rejudge()
         if self._barge_in_from is not None:
             await self._confirm_barge_in(state)
         if state == previous:
@@ -310,6 +359,7 @@ class TurnDetector(FrameProcessor):
         self._drop_verdict()
         self._silence_started = None
         self._fallback_at_ms = None
+        self._rejudge_at = []
         self._pause_text = ""
         self._pause_text_ready.clear()
         await self._cancel_decision()
@@ -329,8 +379,12 @@ class TurnDetector(FrameProcessor):
         if verdict is not None:
             await self._end_turn(*verdict)
             return
-        fallback = silence_started_ms + self._settings.max_silence_secs * 1000
+        fallback_secs = self._settings.max_silence_secs
+        fallback = silence_started_ms + fallback_secs * 1000
         self._fallback_at_ms = fallback
+        if self._smart_turn is not None and self._words_heard:
+            later = [x for x in REJUDGE_SECS if self._policy.stop_secs < x < fallback_secs]
+            self._rejudge_at = [silence_started_ms + x * 1000 for x in later]
         if self._audio_clock_only:
             return
         # Also on the wall clock: a client may stop sending audio while it waits for us.
@@ -339,26 +393,48 @@ class TurnDetector(FrameProcessor):
             await self._end_turn("max_silence", self._settings.max_silence_secs)
 
     async def _judge_stop(self) -> tuple[str, float] | None:
-        """Which signal ends the turn at this stop, with its value (None: none does yet)."""
-        if not await self._heard_words():
+        """Which signal ends the turn at the stop window, with its value (None: none yet)."""
+        self._words_heard = await self._heard_words()
+        if not self._words_heard:
             return None  # a hiss or a click before the caller speaks: wait for the words
-        if self._smart_turn is not None:
-            # The pause's verdict; when it says not yet, one more on the audio now. A finished
-            # sentence can sound less finished 0.1 s into its silence than after the stop
-            # window (on the phone line "We must find a new home in the stars." scored 0.02-0.08
-            # at the pause, 0.10-0.19 later, against a threshold of 0.05).
-            early = self._verdict or self._judge_now()
-            return await self._complete(await early) or await self._complete(
-                await self._judge_now()
-            )
-        return None
+        if self._smart_turn is None:
+            return None
+        # The pause's verdict and one on the audio now: a finished sentence can sound less
+        # finished 0.1 s into its silence than after the stop window (on the phone line "We
+        # must find a new home in the stars." scored 0.02-0.08 at the pause, 0.10-0.19 later).
+        early = self._verdict or self._judge_now()
+        probability = max(await early, await self._judge_now())
+        stop = self._policy.stop_secs
+        if not self._policy.ends(probability, stop, sentence=False) and self._policy.ends(
+            probability, stop, sentence=True
+        ):
+            await self._pause_text_arrived()  # only the words can end it now: wait briefly
+        return self._verdict_ends(probability, stop)
 
-    async def _complete(self, probability: float) -> tuple[str, float] | None:
-        """Smart Turn calls the turn complete, or likely and its transcript ends a sentence."""
+    def _maybe_rejudge(self) -> None:
+        """Once the silence reaches the next of ``REJUDGE_SECS``, Smart Turn judges again."""
+        due = [at for at in self._rejudge_at if at <= self._clock.now_ms()]
+        if not due or (self._decision is not None and not self._decision.done()):
+            return
+        self._rejudge_at = [at for at in self._rejudge_at if at > due[-1]]
+        silence_secs = (due[-1] - (self._silence_started or due[-1])) / 1000
+        self._decision = self.create_task(self._rejudge(silence_secs))
+
+    async def _rejudge(self, silence_secs: float) -> None:
+        with self._clock.busy():
+            probability = await self._judge_now()
+        verdict = self._verdict_ends(probability, silence_secs)
+        if verdict is not None and self._in_turn:
+            await self._end_turn(*verdict)
+
+    def _verdict_ends(self, probability: float, silence_secs: float) -> tuple[str, float] | None:
+        """Smart Turn's verdict against the policy's bar after this silence: the reason and
+        value that end the turn, or None."""
+        sentence = self._pause_text_ready.is_set() and ends_sentence(self._pause_text)
         p = round(probability, 3)
-        if probability >= 0.5:
+        if self._policy.ends(probability, silence_secs, sentence=False):
             return "smart_turn", p
-        if probability >= self._settings.smart_turn_lean and await self._sentence_done():
+        if sentence and self._policy.ends(probability, silence_secs, sentence=True):
             return "smart_turn_and_text", p
         return None
 
@@ -380,12 +456,6 @@ class TurnDetector(FrameProcessor):
             return False
         return True
 
-    async def _sentence_done(self) -> bool:
-        """Whether recognition's transcript at this pause ends a sentence (waits briefly)."""
-        if not await self._pause_text_arrived():
-            return False
-        return self._pause_text.rstrip().endswith((".", "?", "!"))
-
     def _completion_probability(self, audio: np.ndarray) -> float:
         assert self._smart_turn is not None
         result = self._smart_turn._predict_endpoint(audio.astype(np.float32) / 32768.0)
@@ -396,6 +466,7 @@ class TurnDetector(FrameProcessor):
         await self.push_frame(TurnEndReasonFrame(reason=reason, value=value))
         self._in_turn = False
         self._fallback_at_ms = None
+        self._rejudge_at = []
         self._pause_text = ""
         self._pause_text_ready.clear()
         self._decision = None

@@ -24,7 +24,7 @@ import argparse
 import asyncio
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -142,7 +142,7 @@ def vad_only(secs: float) -> Policy:
     return lambda stop: secs
 
 
-def smart_turn_at(stop_secs: float, threshold: float = 0.5, lean: float | None = 0.3) -> Policy:
+def smart_turn_at(stop_secs: float, lean: float | None, threshold: float = 0.5) -> Policy:
     """Today's detector at another stop window: the verdict at the stop, then one at the
     window; a verdict over ``lean`` ends the turn when the words end a sentence."""
 
@@ -199,20 +199,25 @@ def grade(stops: list[Stop], decide: Policy, max_silence: float) -> dict:
     }  # fmt: skip
 
 
-def policies(settings: Settings) -> dict[str, list[tuple[str, Policy]]]:
+# The rule before the adaptive bar: Smart Turn 0.5, or this with a full stop (phone: 0.05).
+BEFORE_LEAN = {"wide": 0.3, "phone": 0.05}
+
+
+def policies(settings: Settings, line: str) -> dict[str, list[tuple[str, Policy]]]:
     shipped = EndOfTurnPolicy.from_settings(settings.turn)
+    lean = BEFORE_LEAN[line]
     return {
         "VAD only": [(f"silence {x} s", vad_only(x)) for x in (0.3, 0.45, 0.6, 0.75, 0.9, 1.2)],
         "Smart Turn alone": [
             (f"stop {x} s", smart_turn_at(x, lean=None)) for x in (0.15, 0.25, 0.35, 0.45, 0.6)
         ],
         "Smart Turn + punctuation (before)": [
-            (f"stop {x} s", smart_turn_at(x)) for x in (0.15, 0.25, 0.35, 0.45, 0.6)
+            (f"stop {x} s", smart_turn_at(x, lean=lean)) for x in (0.15, 0.25, 0.35, 0.45, 0.6)
         ],
         "text alone (punctuation)": [(f"stop {x} s", text_only(x)) for x in (0.15, 0.35, 0.6, 0.9)],
-        "adaptive (default)": [
-            (f"patience {x} s", adaptive(shipped.with_patience(x)))
-            for x in (0.2, 0.35, 0.5, 0.75, 1.0)
+        "adaptive bar (default 0.9 -> 0.7)": [
+            (f"bar {sure} -> {lean}", adaptive(replace(shipped, sure=sure, lean=lean)))
+            for sure, lean in ((0.5, 0.3), (0.7, 0.5), (0.9, 0.7), (0.97, 0.8), (0.99, 0.9))
         ],
     }
 
@@ -258,7 +263,7 @@ def main() -> None:
     rows = []
     print(f"{sum(s.mid for s in stops)} mid-turn pauses, {sum(not s.mid for s in stops)} ends")
     print(f"{'policy':36} {'setting':16} {'cut':>8} {'clips':>6} {'p50':>6} {'p95':>6} {'fb':>4}")
-    for family, settings_list in policies(settings).items():
+    for family, settings_list in policies(settings, args.line).items():
         for label, decide in settings_list:
             r = {"policy": family, "setting": label,
                  **grade(stops, decide, settings.turn.max_silence_secs)}  # fmt: skip

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import dataclasses
 import functools
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -94,9 +93,6 @@ class EndOfTurnPolicy:
         return cls(stop_secs=turn.vad_stop_secs, sure=turn.smart_turn_sure,
                    lean=turn.smart_turn_lean, patience=turn.patience_secs,
                    text_credit=turn.text_credit)  # fmt: skip
-
-    def with_patience(self, secs: float) -> EndOfTurnPolicy:
-        return dataclasses.replace(self, patience=secs)
 
     def bar(self, silence_secs: float, sentence: bool) -> float:
         """The Smart Turn probability that ends the turn after ``silence_secs`` of silence."""

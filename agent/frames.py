@@ -135,6 +135,20 @@ class HoldBotAudioFrame(SystemFrame):
 
 
 @dataclass
+class OverlapCheckFrame(SystemFrame):
+    """Downstream, from turn detection to recognition: what did the voice over the bot say?
+    Recognition answers with an ``OverlapTranscriptFrame`` over the audio since the hold."""
+
+
+@dataclass
+class OverlapTranscriptFrame(SystemFrame):
+    """Upstream, from recognition: the words of the voice over the bot ("" for none), which
+    tell a backchannel ("mm-hmm", "yeah") that leaves the answer going from an interruption."""
+
+    text: str = ""
+
+
+@dataclass
 class HeldAnswerTextFrame(SystemFrame):
     """Downstream, from the LLM stage: the text so far of a speculative answer, held back
     until the turn confirms it. The chunker may find its first phrase in it already."""

@@ -108,6 +108,13 @@ class TurnSettings(BaseModel):
         description="voice over the bot this long interrupts it (shorter: a backchannel or a "
         "cough, which only holds its audio); counted from the voice's start",
     )
+    backchannel_max_secs: float | None = Field(
+        1.0,
+        gt=0,
+        description="a voice over the bot whose words only acknowledge it ('mm-hmm', 'yeah', "
+        "'okay') leaves the answer going unless it lasts this long; None: no word check, "
+        "barge_in_secs of voice interrupts",
+    )
     hold_release_secs: float = Field(
         0.25, gt=0, description="quiet after an unconfirmed speech window that resumes the bot"
     )

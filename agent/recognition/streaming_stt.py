@@ -13,6 +13,9 @@ unless the latest pass began after the line went quiet: that one heard the whole
 already and is kept. At ``turn_end`` the result is emitted if no speech came
 after it, otherwise a fresh pass runs. Audio before the VAD start is kept (pre-roll) so no
 first word is lost. Long turns are committed and trimmed by ``Utterance`` (see utterance.py).
+A voice over the bot (``HoldBotAudioFrame``) is kept from the hold on: asked
+(``OverlapCheckFrame``), one pass over it tells the turn detector its words, and a barge-in's
+turn starts with it.
 
 A decoder failure never ends the call: it is reported once per turn as a
 ``StageErrorFrame(stage="stt")``, interims skip it, and a failed final pass finishes the turn
@@ -25,6 +28,7 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
+import numpy as np
 from loguru import logger
 from pipecat.frames.frames import (
     Frame,
@@ -41,6 +45,9 @@ from agent.audio import RecentAudio
 from agent.clock import CallClock
 from agent.errors import error_line
 from agent.frames import (
+    HoldBotAudioFrame,
+    OverlapCheckFrame,
+    OverlapTranscriptFrame,
     PauseTranscriptFrame,
     SpeculativeTranscriptFrame,
     SpeechLullFrame,
@@ -52,6 +59,7 @@ from agent.recognition.utterance import NOISE_MAX_SECS, Snapshot, Utterance, has
 from agent.recognition.whisper_decoder import RATE, Pass, WhisperDecoder
 from agent.settings import ASRSettings
 
+OVERLAP_MAX_SECS = 10  # a voice over the bot kept this long at most (a barge-in opens sooner)
 NO_SPEECH_PROB = 0.5  # Whisper's own no-speech threshold is 0.6 (with a low log-probability)
 
 
@@ -92,6 +100,7 @@ class StreamingWhisperSTT(FrameProcessor):
         self._speculation: _RunningPass | None = None  # the pause's pass; dropped on speech
         self._quiet_pass_due = False  # the next pass is the lull's
         self._heard_only_noise = False  # the latest pause transcript of the turn had no word
+        self._overlap: bytearray | None = None  # a voice over the bot: its audio so far
 
     # -- frames -----------------------------------------------------------------------------
 
@@ -102,6 +111,12 @@ class StreamingWhisperSTT(FrameProcessor):
             return
         if isinstance(frame, InputAudioRawFrame):
             self._on_audio(frame.audio)
+        elif isinstance(frame, HoldBotAudioFrame):
+            # A voice over the bot: keep its audio from here (with the pre-roll before it), for
+            # the question whether it is a backchannel, and as the start of a barge-in's turn.
+            self._overlap = bytearray(self._pre_roll.snapshot()) if frame.hold else None
+        elif isinstance(frame, OverlapCheckFrame):
+            self.create_task(self._report_overlap())
         elif isinstance(frame, UserStartedSpeakingFrame):
             self._start_turn()
         elif isinstance(frame, VADUserStartedSpeakingFrame):
@@ -130,7 +145,9 @@ class StreamingWhisperSTT(FrameProcessor):
             await self._finish_turn()
 
     def _start_turn(self) -> None:
-        self._utt = Utterance(bytes(self._pre_roll.snapshot()))
+        lead = self._overlap if self._overlap is not None else self._pre_roll.snapshot()
+        self._overlap = None
+        self._utt = Utterance(bytes(lead))
         self._since_pass = 0
         self._interim = ""
         self._failed = False
@@ -146,6 +163,8 @@ class StreamingWhisperSTT(FrameProcessor):
     def _on_audio(self, pcm: bytes) -> None:
         self._received += len(pcm) // 2
         self._pre_roll.add(pcm)
+        if self._overlap is not None and len(self._overlap) < OVERLAP_MAX_SECS * RATE * 2:
+            self._overlap += pcm
         if self._utt is None:
             return
         self._utt.add(pcm)
@@ -230,6 +249,23 @@ class StreamingWhisperSTT(FrameProcessor):
             await self.push_frame(PauseTranscriptFrame(text=text), FrameDirection.UPSTREAM)
             if text:
                 await self.push_frame(SpeculativeTranscriptFrame(text=text))  # the LLM may start
+
+    async def _report_overlap(self) -> None:
+        """The words of the voice over the bot, upstream to the turn detector ("" for none,
+        or when the pass fails: the detector then goes by the voice's length alone)."""
+        audio = np.frombuffer(bytes(self._overlap or b""), dtype=np.int16)
+        text = ""
+        if len(audio):
+            loop = asyncio.get_running_loop()
+            try:
+                result: Pass = await loop.run_in_executor(
+                    self._executor, self._decoder.transcribe, audio.astype(np.float32) / 32768.0
+                )
+                noise = result.no_speech_prob >= NO_SPEECH_PROB
+                text = "" if noise or not has_words(result.text) else result.text.strip()
+            except Exception as exc:
+                logger.warning(f"{self}: overlap pass failed: {exc!r}")
+        await self.push_frame(OverlapTranscriptFrame(text=text), FrameDirection.UPSTREAM)
 
     def _heard(self, utt: Utterance, result: Pass) -> str:
         """The turn's text, or nothing when the pass heard noise: no word in it, or a short

@@ -50,12 +50,15 @@ from agent.audio import RecentAudio
 from agent.clock import CallClock
 from agent.frames import (
     HoldBotAudioFrame,
+    OverlapCheckFrame,
+    OverlapTranscriptFrame,
     PauseTranscriptFrame,
     SpeechLullFrame,
     SpeechPausedFrame,
     TimelineEventFrame,
     TurnEndReasonFrame,
 )
+from agent.recognition.backchannel import is_backchannel
 from agent.recognition.sound_onset import SoundOnset
 from agent.recognition.utterance import NOISE_MAX_SECS, has_words
 from agent.settings import TurnSettings
@@ -64,6 +67,7 @@ SMART_TURN_MAX_SECS = 8
 PAUSE_TEXT_WAIT_SECS = 0.3  # how long a likely end of turn waits for the pause transcript
 # Silence (s) after which Smart Turn judges again when it has not yet ended the turn.
 REJUDGE_SECS = (0.25, 0.35, 0.45, 0.6, 0.75, 0.9, 1.2)
+OVERLAP_WORDS_WAIT_SECS = 0.3  # how long a voice over the bot waits for its words
 LULL_MARGIN_DB = 10.0  # a frame this far over the line's noise floor is a sound, not a lull
 
 
@@ -183,6 +187,8 @@ class TurnDetector(FrameProcessor):
         self._silence_started: float | None = None
         self._speech_started_ms = 0.0  # where the open turn's speech began
         self._barge_in_from: float | None = None  # voice over the bot, not yet a barge-in
+        self._overlap_asked_at: float | None = None  # when recognition was asked its words
+        self._overlap_words: str | None = None  # its answer
         # Smart Turn's verdict on the audio at the VAD's pause, on a thread of the call's own.
         self._judge = ThreadPoolExecutor(max_workers=1, thread_name_prefix="smart-turn")
         self._verdict: asyncio.Future | None = None
@@ -211,6 +217,9 @@ class TurnDetector(FrameProcessor):
             if self._holding:  # it had nothing left to say: the output must not stay held
                 self._holding = False
                 await self.push_frame(HoldBotAudioFrame(hold=False))
+        elif isinstance(frame, OverlapTranscriptFrame):
+            if self._barge_in_from is not None and self._overlap_asked_at is not None:
+                self._overlap_words = frame.text
         elif isinstance(frame, PauseTranscriptFrame):
             self._pause_text = frame.text
             self._pause_text_ready.set()
@@ -269,13 +278,18 @@ class TurnDetector(FrameProcessor):
         if (voiced or onset) and self._bot_speaking and not self._holding:
             self._holding, self._held_at, self._quiet_since = True, now, None
             await self.push_frame(HoldBotAudioFrame(hold=True))
-        elif self._holding and state == VADState.QUIET and not voiced:
+        elif self._holding and state == VADState.QUIET and not voiced and not self._judging_overlap:
             self._quiet_since = self._quiet_since or now
             if now - self._quiet_since >= self._settings.hold_release_secs * 1000:
                 self._holding = False
                 await self.push_frame(HoldBotAudioFrame(hold=False))
         elif self._holding:
             self._quiet_since = None
+
+    @property
+    def _judging_overlap(self) -> bool:
+        """Recognition was asked what the voice over the bot said and has not answered."""
+        return self._overlap_asked_at is not None and self._overlap_words is None
 
     async def _report_lull(self, state: VADState) -> None:
         """Once per lull: the line went quiet while the VAD still hears a voice in the turn."""
@@ -308,24 +322,65 @@ class TurnDetector(FrameProcessor):
             await self._speech_resumed()
             return
         if self._bot_speaking:
+            self._end_overlap()
             self._barge_in_from = start
             await self._confirm_barge_in(VADState.SPEAKING)
             return
         await self._open_turn(start)
 
     async def _confirm_barge_in(self, state: VADState) -> None:
-        """A voice over the bot becomes a barge-in once it has lasted ``barge_in_secs`` (or the
-        bot stopped): "mm-hmm" or a cough only holds the bot's audio for a moment."""
+        """A voice over the bot: a barge-in once it has lasted ``barge_in_secs``, unless its
+        words are a backchannel ("mm-hmm", "yeah", "okay"), which only holds the bot's audio
+        until the voice ends. Recognition is asked for the words then (or when the voice ends
+        sooner); a voice that goes on past ``backchannel_max_secs``, or goes on after the bot
+        stopped, is the caller's turn whatever it says."""
         assert self._barge_in_from is not None
-        if state == VADState.QUIET:
-            self._barge_in_from = None
+        now = self._clock.now_ms()
+        lasted = now - self._barge_in_from
+        max_secs = self._settings.backchannel_max_secs
+        if max_secs is None or not self._settings.hold_on_speech:  # the voice's length alone
+            if state == VADState.QUIET:
+                self._end_overlap()
+            elif not self._bot_speaking or lasted >= self._settings.barge_in_secs * 1000:
+                await self._barge_in(state)
             return
-        lasted = self._clock.now_ms() - self._barge_in_from
-        if state == VADState.SPEAKING and (
-            not self._bot_speaking or lasted >= self._settings.barge_in_secs * 1000
+        if state != VADState.QUIET and not self._bot_speaking:
+            await self._barge_in(state)
+            return
+        if self._overlap_asked_at is None and (
+            state == VADState.QUIET or lasted >= self._settings.barge_in_secs * 1000
         ):
-            start, self._barge_in_from = self._barge_in_from, None
-            await self._open_turn(start)
+            self._overlap_asked_at = now
+            await self.push_frame(OverlapCheckFrame())
+        words = self._overlap_words
+        if words is not None and not is_backchannel(words):
+            await self._barge_in(state)  # "wait", "no, stop", a question: an interruption
+        elif state != VADState.QUIET and lasted >= max_secs * 1000:
+            await self._barge_in(state)  # too long for an acknowledgement
+        elif words is None and self._overlap_asked_at is not None:
+            if now - self._overlap_asked_at >= OVERLAP_WORDS_WAIT_SECS * 1000:
+                # no words came (no recogniser, or a slow one): the voice's length decides
+                if state == VADState.QUIET:
+                    self._end_overlap()
+                else:
+                    await self._barge_in(state)
+        elif state == VADState.QUIET and words is not None:
+            self._end_overlap()  # a backchannel, over: the hold's release resumes the answer
+
+    def _end_overlap(self) -> None:
+        self._barge_in_from = None
+        self._overlap_asked_at = None
+        self._overlap_words = None
+
+    async def _barge_in(self, state: VADState) -> None:
+        """The voice over the bot is the caller's turn: it opens where the voice began; a
+        voice already over ("wait.") is judged at once, as if its stop had just passed."""
+        assert self._barge_in_from is not None
+        start = self._barge_in_from
+        self._end_overlap()
+        await self._open_turn(start)
+        if state == VADState.QUIET:
+            await self._speech_stopped()
 
     async def _open_turn(self, start: float) -> None:
         self._in_turn = True

@@ -13,7 +13,7 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from agent import model_store
 from agent.audio import load_audio
-from agent.clock import CallRecorder, ComputeClock
+from agent.clock import CallRecorder, clock_for
 from agent.frames import TurnEndReasonFrame
 from agent.pipeline import run_pipeline
 from agent.recognition.streaming_stt import StreamingWhisperSTT
@@ -50,13 +50,13 @@ class ReasonCollector(FrameProcessor):
         await self.push_frame(frame, direction)
 
 
-def heard(clip: str) -> tuple[list[str], list[str]]:
-    """A corpus clip through the turn detector and recognition at compute pace: the finals
-    and why each turn ended."""
+def heard(clip: str, pace: str = "compute") -> tuple[list[str], list[str]]:
+    """A corpus clip through the turn detector and recognition (compute pace unless asked):
+    the finals and why each turn ended."""
     settings = Settings()
     path = model_store.resolve(settings.asr.model, "asr", settings.models_dir)
     decoder = WhisperDecoder(path, compute_type="int8", threads=2, language="en")
-    clock = ComputeClock()
+    clock = clock_for(pace)
     events: list[TranscriptEvent] = []
     reasons: list[str] = []
     turn = ReplayTurn(clip, load_audio(CORPUS / clip, RATE))
@@ -97,4 +97,13 @@ def test_a_finished_sentence_ends_the_turn_without_the_silence_fallback(clip):
     silence end them (the first waited for the 1.5 s fallback when Smart Turn judged only at
     the stop)."""
     finals, reasons = heard(clip)
+    assert finals and reasons[-1] != "max_silence", (finals, reasons)
+
+
+@pytest.mark.slow
+@needs_corpus
+def test_the_judgements_during_the_silence_run_at_real_time_too():
+    """Live, the wall-clock fallback waits beside the judgements, not in front of them (it
+    once held the decision task, so at real time no judgement came after the stop window)."""
+    finals, reasons = heard("main/vctk_p232_004.wav", pace="realtime")
     assert finals and reasons[-1] != "max_silence", (finals, reasons)

@@ -193,6 +193,7 @@ class TurnDetector(FrameProcessor):
         self._judge = ThreadPoolExecutor(max_workers=1, thread_name_prefix="smart-turn")
         self._verdict: asyncio.Future | None = None
         self._decision: asyncio.Task | None = None
+        self._fallback_timer: asyncio.Task | None = None
         self._fallback_at_ms: float | None = None
         self._policy = EndOfTurnPolicy.from_settings(settings)
         self._rejudge_at: list[float] = []  # call times of the judgements still to come
@@ -436,11 +437,14 @@ class TurnDetector(FrameProcessor):
         if self._smart_turn is not None and self._words_heard:
             later = [x for x in REJUDGE_SECS if self._policy.stop_secs < x < fallback_secs]
             self._rejudge_at = [silence_started_ms + x * 1000 for x in later]
-        if self._audio_clock_only:
-            return
-        # Also on the wall clock: a client may stop sending audio while it waits for us.
+        if not self._audio_clock_only:  # a task of its own: judging goes on meanwhile
+            self._fallback_timer = self.create_task(self._fallback_on_wall_clock(fallback))
+
+    async def _fallback_on_wall_clock(self, fallback: float) -> None:
+        """The fallback on the wall clock too: a client may stop sending audio while it waits
+        for the answer."""
         await asyncio.sleep(max(0.0, (fallback - self._clock.now_ms()) / 1000))
-        if self._fallback_at_ms == fallback:  # not ended by the audio clock, nor resumed
+        if self._fallback_at_ms == fallback and self._in_turn:  # not ended, nor resumed
             await self._end_turn("max_silence", self._settings.max_silence_secs)
 
     async def _judge_stop(self) -> tuple[str, float] | None:
@@ -512,7 +516,13 @@ class TurnDetector(FrameProcessor):
         result = self._smart_turn._predict_endpoint(audio.astype(np.float32) / 32768.0)
         return float(result["probability"])
 
+    def _stop_fallback_timer(self) -> None:
+        timer, self._fallback_timer = self._fallback_timer, None
+        if timer is not None and timer is not asyncio.current_task():
+            timer.cancel()
+
     async def _end_turn(self, reason: str, value: float) -> None:
+        self._stop_fallback_timer()
         self._verdict = None
         await self.push_frame(TurnEndReasonFrame(reason=reason, value=value))
         self._in_turn = False
@@ -524,6 +534,7 @@ class TurnDetector(FrameProcessor):
         await self.broadcast_frame(UserStoppedSpeakingFrame)
 
     async def _cancel_decision(self) -> None:
+        self._stop_fallback_timer()
         if self._decision is not None:
             await self.cancel_task(self._decision)
             self._decision = None

@@ -22,7 +22,7 @@ from pipecat.tests.utils import run_test
 from agent.audio import load_audio, speech_bounds
 from agent.clock import CallClock
 from agent.frames import HoldBotAudioFrame
-from agent.recognition.turn_detector import TurnDetector, TurnModels
+from agent.recognition.turn_detector import REJUDGE_SECS, TurnDetector, TurnModels
 from benchmarks.clips import CORPUS
 from tests.conftest import SAMPLES
 
@@ -136,9 +136,11 @@ async def test_smart_turn_judges_the_audio_at_the_vad_pause_not_after_the_stop_w
     assert len(detector.window_passed_ms) == 1
     stop_window_ms = settings.turn.vad_stop_secs * 1000
     assert detector.judged_ms[0] <= detector.window_passed_ms[0] - stop_window_ms + 40
-    # a verdict of "not yet" at the pause is asked again once the window has passed
+    # a verdict of "not yet" at the pause is asked again once the window has passed, and then
+    # at most once per silence of REJUDGE_SECS (how much audio each one hears depends on how
+    # far the feeder got while it ran: this test feeds faster than real time)
     assert all(ms >= detector.window_passed_ms[0] - 40 for ms in detector.judged_ms[1:])
-    assert len(detector.judged_ms) <= 2
+    assert len(detector.judged_ms) <= 2 + len(REJUDGE_SECS)
 
 
 class TextWaitCounter(AudioClockedDetector):

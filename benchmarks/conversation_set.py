@@ -52,6 +52,7 @@ class Turn:
     user: str
     must: list[list[str]] = field(default_factory=list)
     must_not: list[str] = field(default_factory=list)
+    hear_again: bool = False  # asks to hear the last answer again: a repeat is the answer
 
 
 @dataclass
@@ -70,6 +71,7 @@ def load_conversations(path: Path = CONVERSATIONS) -> list[Conversation]:
                     user=t["user"],
                     must=[[str(a) for a in group] for group in t.get("must") or []],
                     must_not=[str(x) for x in t.get("must_not") or []],
+                    hear_again=bool(t.get("hear_again")),
                 )
                 for t in c["turns"]
             ],
@@ -103,7 +105,7 @@ class TurnResult:
     user: str
     answer: str
     misses: list[str]
-    repeated: bool  # says a sentence an earlier answer of the call said
+    repeated: bool  # says a sentence an earlier answer said, unasked (see Turn.hear_again)
     loop: bool  # a phrase repeated inside the answer
     echo: bool  # repeats the caller's words
     sentences: int
@@ -210,7 +212,7 @@ async def talk(
             TurnResult(
                 conversation=conversation.name, turn=i, user=turn.user, answer=answer,
                 misses=check(turn, answer, settings.bot_name),
-                repeated=repeats(answer, earlier), loop=has_loop(answer),
+                repeated=repeats(answer, earlier) and not turn.hear_again, loop=has_loop(answer),
                 echo=is_echo(answer, turn.user), sentences=len(sentences(answer)),
                 words=len(normalise(answer).split()),
                 ttft_ms=since_request("first_token"), first_phrase_ms=since_request("first_phrase"),

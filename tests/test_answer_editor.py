@@ -114,7 +114,7 @@ async def test_an_answer_with_nothing_new_is_asked_again_and_never_spoken():
 
 async def test_a_later_sentence_said_before_is_left_out():
     engine = ScriptedEngine("Sure thing. The capital of France is Paris. Anything else?")
-    messages = history("Capital of France?", "The capital of France is Paris.", "Say it again?")
+    messages = history("Capital of France?", "The capital of France is Paris.", "Tell me more.")
     assert await spoken(engine, messages) == "Sure thing. Anything else?"
 
 

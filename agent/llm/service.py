@@ -57,6 +57,7 @@ from agent.frames import (
 from agent.llm.answer import AnswerEditor, Verdict, repeats
 from agent.llm.engines import ChatEngine, Sampling, Usage
 from agent.llm.prompt import prefix_after_trim, prompt_messages
+from agent.llm.say_again import answer_to_repeat
 from agent.settings import LLMSettings
 
 ENGINE_ERRORS = (openai.OpenAIError, TimeoutError, RuntimeError, ValueError, OSError)
@@ -237,7 +238,8 @@ class StreamingLLM(FrameProcessor):
 
         Tokens pass through an ``AnswerEditor`` on their way out: the answer ends at its
         last allowed sentence, and a first sentence already said in this call (or the
-        caller's own words) is asked again once with a note, then left unsaid.
+        caller's own words) is asked again once with a note, then left unsaid. A caller
+        asking to hear the last answer again gets it again, without the engine.
         """
         s = self._settings
         messages = self._prompt(history)
@@ -248,18 +250,14 @@ class StreamingLLM(FrameProcessor):
         self._last_request = self._clock.now_ms() / 1000
         arrivals: list[float] = []
         usage, error = Usage(), None
+        again = answer_to_repeat(history)
         try:
-            verdict, usage = await self._stream_edited(messages, editor, arrivals)
-            if verdict is Verdict.REGENERATE:
-                last = messages[-1]
-                retry = [*messages[:-1], {**last, "content": last["content"] + RETRY_NOTE}]
-                editor.restart()
-                sampling = replace(
-                    self._sampling, temperature=max(RETRY_TEMPERATURE, s.temperature)
-                )
-                verdict, usage = await self._stream_edited(retry, editor, arrivals, sampling)
-            if not editor.text.strip():  # nothing new to say
-                await self._emit(LLMTextFrame(text=self._fallback(said)))
+            if again is not None:  # asked to hear it again: the same words, no model request
+                at_ms = self._clock.now_ms()
+                await self._emit(TimelineEventFrame(event="llm_first_token", at_ms=at_ms))
+                await self._emit(LLMTextFrame(text=again))
+            else:
+                usage = await self._engine_answer(messages, editor, said, arrivals)
         except ENGINE_ERRORS as exc:
             error = f"llm ({self._engine.name}): {error_line(exc, ENGINE_ERROR_CHARS)}"
             spoken = editor.text
@@ -279,7 +277,24 @@ class StreamingLLM(FrameProcessor):
             )
         )
         await self._emit(LLMFullResponseEndFrame())
-        return None if error else editor.text
+        return None if error else again or editor.text
+
+    async def _engine_answer(
+        self, messages: list[dict], editor: AnswerEditor, said: list[str], arrivals: list[float]
+    ) -> Usage:
+        """The engine's answer through the editor: asked once more with a note when it had
+        nothing new, the fallback line when the second try had nothing new either."""
+        verdict, usage = await self._stream_edited(messages, editor, arrivals)
+        if verdict is Verdict.REGENERATE:
+            last = messages[-1]
+            retry = [*messages[:-1], {**last, "content": last["content"] + RETRY_NOTE}]
+            editor.restart()
+            temperature = max(RETRY_TEMPERATURE, self._settings.temperature)
+            sampling = replace(self._sampling, temperature=temperature)
+            verdict, usage = await self._stream_edited(retry, editor, arrivals, sampling)
+        if not editor.text.strip():  # nothing new to say
+            await self._emit(LLMTextFrame(text=self._fallback(said)))
+        return usage
 
     def _fallback(self, said: list[str]) -> str:
         """The first fallback line this call has not heard yet (the first one again when it

@@ -5,13 +5,16 @@ sentences, and mostly meets its checks. One test per scripted call keeps each on
 from __future__ import annotations
 
 import asyncio
+from argparse import Namespace
 
 import pytest
 
 from agent import model_store
 from agent.llm.engines import InProcessLlama, OpenAIChatEngine
 from agent.llm.llama_server import LlamaServer
-from benchmarks.conversation_set import load_conversations, talk
+from benchmarks.conversation_set import CONVERSATIONS as CONVERSATIONS_FILE
+from benchmarks.conversation_set import TurnResult, load_conversations, talk
+from benchmarks.conversation_spoken import run as spoken_run
 
 CONVERSATIONS = load_conversations()
 pytestmark = [pytest.mark.conversation, pytest.mark.slow]
@@ -87,3 +90,17 @@ async def test_two_calls_through_the_llama_cpp_server(settings):
         for name in ("say_again", "demo_call"):
             conversation = next(c for c in CONVERSATIONS if c.name == name)
             assert_well_behaved(await talk(conversation, engine, s), repeats=False)
+
+
+async def test_a_spoken_call_asking_to_hear_answers_again(tmp_path):
+    # The say_again call synthesised with Piper's voice and replayed through the whole
+    # pipeline at compute pace: the requests are heard as such, and nothing repeats unasked.
+    args = Namespace(
+        out=tmp_path / "out", speech=tmp_path / "speech", set=CONVERSATIONS_FILE,
+        pace="compute", conversations=["say_again"], llm_model=None,
+    )  # fmt: skip
+    args.out.mkdir()
+    turns = [TurnResult(**{k: v for k, v in t.items() if k != "passed"})
+             for t in (await spoken_run(args))["turns"]]  # fmt: skip
+    assert_well_behaved(turns)
+    assert turns[1].answer == turns[0].answer and turns[3].answer == turns[2].answer

@@ -46,6 +46,8 @@ def test_answer_checks_find_repeats_loops_and_echoes():
     assert echoes("what part of the united states is your home", "The United States is your home.")
     assert not echoes("what is the capital of france", "The capital is Paris.")
     assert calls.check("hello there", "").problems == ["empty"]
+    # Asked for: the same answer again is no repeat.
+    assert calls.check("sorry can you say that again", "I am Joe. How can I help?").problems == []
 
 
 def test_bot_onsets_need_a_gap_of_silence():

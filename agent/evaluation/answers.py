@@ -2,7 +2,8 @@
 
 An empty answer, an answer that repeats an earlier one of the call (whole, or one of its
 sentences), a sentence said twice inside one answer (a loop), and an answer that opens by
-echoing the caller's words.
+echoing the caller's words. An answer said again because the caller asked to hear it
+again is not a repeat.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from agent.evaluation.text import words
+from agent.llm.say_again import asks_to_hear_again
 
 ECHO_WORDS = 4  # an answer opening with this many of the caller's words in a row echoes them
 MIN_SENTENCE_WORDS = 3  # shorter sentences ("Okay.", "Thank you.") may well come back
@@ -61,12 +63,12 @@ class CallAnswers:
     def check(self, caller: str, answer: str) -> AnswerCheck:
         said = sentences(answer)
         key = " ".join(said)
+        asked = asks_to_hear_again(caller)  # then the same answer again is the right one
         result = AnswerCheck(
             empty=bool(words(caller)) and not key,
-            repeated=bool(key) and key in self._answers,
-            repeated_sentence=any(
-                s in self._sentences for s in said if len(s.split()) >= MIN_SENTENCE_WORDS
-            ),
+            repeated=bool(key) and key in self._answers and not asked,
+            repeated_sentence=not asked
+            and any(s in self._sentences for s in said if len(s.split()) >= MIN_SENTENCE_WORDS),
             loop=loops(answer),
             echo=echoes(caller, answer),
         )

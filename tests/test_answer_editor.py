@@ -206,6 +206,7 @@ def test_what_counts_as_a_repeat_a_loop_and_an_echo():
     assert is_echo("You said: ask not what your country can do for you.", jfk)
     assert not is_echo("Paris is the capital.", "What is the capital of France?")
     assert not is_echo("Got it, your booking number is 3 5 8.", "My booking number is 3 5 8.")
+    assert not is_echo("You're welcome! Goodbye.", "Okay, thanks. Goodbye.")  # a farewell
 
 
 async def test_every_request_sends_the_configured_decoding_options():
@@ -319,3 +320,8 @@ def test_an_opening_bracket_does_not_let_a_repeat_through():
     out = "".join(editor.feed(t).text for t in ["(", "I", "'ll", " leave", " it", " to", " you",
                                                 ",", " I", "'m", " sure", ".)"])  # fmt: skip
     assert out == "" and editor.finish().verdict is Verdict.REGENERATE
+
+
+async def test_a_farewell_may_say_goodbye_back():
+    engine = ScriptedEngine("You're welcome! Goodbye.")
+    assert await spoken(engine, history("Okay, thanks. Goodbye.")) == "You're welcome! Goodbye."

@@ -33,6 +33,7 @@ from agent.sentences import sentence_end
 # shorter phrases only count back to back ("la France, la France").
 LOOP_MIN_WORDS = 4
 ECHO_RUN_WORDS = 8
+ECHO_MIN_WORDS = 3  # a caller's sentence this short said back is no echo ("Goodbye.")
 SIMILAR = 0.9  # SequenceMatcher ratio over words from which two sentences count as the same
 CLAUSE = re.compile(r"[,;:]\s")
 MAX_SKIPPED = 2  # sentences left unsaid in one answer before it is ended
@@ -113,6 +114,13 @@ def units(text: str) -> tuple[str, ...]:
     return tuple(found)
 
 
+def echo_units(heard: str) -> tuple[str, ...]:
+    """What an answer must not say back of the caller's turn: its sentences and clauses of
+    ``ECHO_MIN_WORDS`` words or more ("Goodbye." back to "Okay, thanks. Goodbye." is a
+    farewell, not an echo)."""
+    return tuple(u for u in units(heard) if len(normalise(u).split()) >= ECHO_MIN_WORDS)
+
+
 def reads_back(answer: str, heard: str) -> bool:
     """The answer says ``ECHO_RUN_WORDS`` of the caller's words in a row."""
     words, said = f" {normalise(answer)} ", normalise(heard).split()
@@ -123,12 +131,12 @@ def reads_back(answer: str, heard: str) -> bool:
 
 
 def is_echo(answer: str, heard: str) -> bool:
-    """The answer repeats the caller: one of its sentences is a sentence or clause of the
-    caller's turn, or it reads back ``ECHO_RUN_WORDS`` of the caller's words in a row (a
-    short read-back, "your booking number is 3 5 8", is not an echo)."""
+    """The answer repeats the caller: one of its sentences is a sentence or clause of three
+    words or more of the caller's turn, or it reads back ``ECHO_RUN_WORDS`` of the caller's
+    words in a row (a short read-back, "your booking number is 3 5 8", is not an echo)."""
     if reads_back(answer, heard):
         return True
-    return any(similar(a, h) for a in units(answer) for h in units(heard))
+    return any(similar(a, h) for a in units(answer) for h in echo_units(heard))
 
 
 def repeats(answer: str, earlier: Iterable[str]) -> bool:
@@ -164,7 +172,7 @@ class AnswerEditor:
 
     def __init__(self, said: Iterable[str], heard: str, max_sentences: int) -> None:
         units_said = [s for text in said for s in sentences(text)]
-        self._blocked = [b for b in map(normalise, [*units_said, *units(heard)]) if b]
+        self._blocked = [b for b in map(normalise, [*units_said, *echo_units(heard)]) if b]
         self._heard = heard
         self._max = max_sentences
         self._pending = ""  # the sentence in progress

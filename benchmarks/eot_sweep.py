@@ -31,6 +31,7 @@ import numpy as np
 from pipecat.audio.vad.vad_analyzer import VADParams, VADState
 
 from agent.audio import load_audio
+from agent.recognition.openers import only_opens
 from agent.recognition.turn_detector import (
     REJUDGE_SECS,
     SMART_TURN_MAX_SECS,
@@ -166,7 +167,7 @@ def adaptive(policy: EndOfTurnPolicy) -> Policy:
     def decide(stop: Stop) -> float | None:
         for offset in (o for o in OFFSETS if o in stop.p):
             p = max(stop.p[offset], stop.p_at_stop) if offset == OFFSETS[0] else stop.p[offset]
-            if policy.ends(p, offset, ends_sentence(stop.text)):
+            if policy.ends(p, offset, ends_sentence(stop.text), only_opens(stop.text)):
                 return offset
         return None
 

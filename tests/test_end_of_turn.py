@@ -5,8 +5,11 @@ the few-percent differences between CPUs' arithmetic cannot flip it."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
+import numpy as np
 import pytest
+import soundfile as sf
 from pipecat.frames.frames import Frame
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
@@ -16,10 +19,12 @@ from agent.audio import load_audio
 from agent.clock import CallRecorder, clock_for
 from agent.frames import TurnEndReasonFrame
 from agent.pipeline import run_pipeline
+from agent.recognition.openers import only_opens
 from agent.recognition.streaming_stt import StreamingWhisperSTT
 from agent.recognition.turn_detector import EndOfTurnPolicy, TurnDetector, TurnModels
 from agent.recognition.whisper_decoder import RATE, WhisperDecoder
 from agent.settings import Settings
+from agent.synthesis.piper_tts import PiperVoiceModel
 from agent.tools.transcribe import TranscriptCollector, TranscriptEvent
 from agent.transports.replay import ReplayInput, ReplayTurn
 from benchmarks.clips import CORPUS
@@ -34,6 +39,14 @@ def test_the_bar_falls_as_the_silence_grows_and_a_sentence_lowers_it():
     assert policy.bar(stop, sentence=False) > policy.bar((stop + patience) / 2, sentence=False)
     assert policy.bar(stop, sentence=True) == pytest.approx(policy.sure - policy.text_credit)
     assert policy.ends(0.8, patience, sentence=False) and not policy.ends(0.8, stop, False)
+
+
+def test_openers_alone_end_nothing_before_the_patience_silence():
+    policy = EndOfTurnPolicy.from_settings(Settings().turn)
+    assert not policy.ends(0.99, policy.patience - 0.01, sentence=True, opener=True)
+    assert policy.ends(policy.lean, policy.patience, sentence=True, opener=True)
+    assert only_opens("Hi there.") and only_opens("Okay, so") and only_opens("Thank you.")
+    assert not any(map(only_opens, ["Yes.", "No.", "Stop.", "Hi, what's the time?", "Bye."]))
 
 
 class ReasonCollector(FrameProcessor):
@@ -107,3 +120,17 @@ def test_the_judgements_during_the_silence_run_at_real_time_too():
     once held the decision task, so at real time no judgement came after the stop window)."""
     finals, reasons = heard("main/vctk_p232_004.wav", pace="realtime")
     assert finals and reasons[-1] != "max_silence", (finals, reasons)
+
+
+@pytest.mark.slow
+def test_a_greeting_before_the_question_does_not_end_the_turn(tmp_path: Path):
+    """Piper says "Hi there, how are you today?" with 0.3 s of silence after "Hi there",
+    which Smart Turn scores 0.98 (a finished turn): an opener alone waits for 0.6 s, and
+    the question comes first. Synthesised speech: Piper's voice, made here."""
+    settings = Settings()
+    voice = PiperVoiceModel.from_settings(settings.tts, settings.models_dir)
+    silence = np.zeros(RATE // 2, dtype=np.int16)
+    speech = voice.synthesize("Hi there, how are you today?", RATE)
+    sf.write(tmp_path / "hi.wav", np.concatenate([silence, speech, silence]), RATE)
+    finals, _ = heard(str(tmp_path / "hi.wav"))
+    assert len(finals) == 1 and "how are you" in finals[0].lower(), finals

@@ -59,6 +59,7 @@ from agent.frames import (
     TurnEndReasonFrame,
 )
 from agent.recognition.backchannel import is_backchannel
+from agent.recognition.openers import only_opens
 from agent.recognition.sound_onset import SoundOnset
 from agent.recognition.utterance import NOISE_MAX_SECS, has_words
 from agent.settings import TurnSettings
@@ -82,7 +83,8 @@ class EndOfTurnPolicy:
 
     The bar falls as the silence grows: ``sure`` at the stop window, down to ``lean`` once the
     silence reaches ``patience``; a transcript that ends a sentence lowers it by
-    ``text_credit``. A caller who pauses mid-thought is rarely silent long, so a short
+    ``text_credit``; one of openers alone ("Hi,", agent.recognition.openers) ends nothing
+    before ``patience``. A caller who pauses mid-thought is rarely silent long, so a short
     silence needs a confident verdict and a long one a likely one.
     """
 
@@ -98,14 +100,20 @@ class EndOfTurnPolicy:
                    lean=turn.smart_turn_lean, patience=turn.patience_secs,
                    text_credit=turn.text_credit)  # fmt: skip
 
-    def bar(self, silence_secs: float, sentence: bool) -> float:
-        """The Smart Turn probability that ends the turn after ``silence_secs`` of silence."""
+    def bar(self, silence_secs: float, sentence: bool, opener: bool = False) -> float:
+        """The Smart Turn probability that ends the turn after ``silence_secs`` of silence;
+        ``opener``: the words so far only open a turn ("Hi,"), so none ends it before
+        ``patience``, and they earn no credit."""
+        if opener:
+            return self.lean if silence_secs >= self.patience else float("inf")
         span = max(1e-6, self.patience - self.stop_secs)
         f = min(1.0, max(0.0, (silence_secs - self.stop_secs) / span))
         return self.sure + (self.lean - self.sure) * f - (self.text_credit if sentence else 0.0)
 
-    def ends(self, probability: float, silence_secs: float, sentence: bool) -> bool:
-        return probability >= self.bar(silence_secs, sentence)
+    def ends(
+        self, probability: float, silence_secs: float, sentence: bool, opener: bool = False
+    ) -> bool:
+        return probability >= self.bar(silence_secs, sentence, opener)
 
 
 @dataclass
@@ -485,7 +493,11 @@ class TurnDetector(FrameProcessor):
     def _verdict_ends(self, probability: float, silence_secs: float) -> tuple[str, float] | None:
         """Smart Turn's verdict against the policy's bar after this silence: the reason and
         value that end the turn, or None."""
-        sentence = self._pause_text_ready.is_set() and ends_sentence(self._pause_text)
+        ready = self._pause_text_ready.is_set()
+        sentence = ready and ends_sentence(self._pause_text)
+        if ready and only_opens(self._pause_text):
+            ends = self._policy.ends(probability, silence_secs, sentence, opener=True)
+            return ("smart_turn", round(probability, 3)) if ends else None
         p = round(probability, 3)
         if self._policy.ends(probability, silence_secs, sentence=False):
             return "smart_turn", p

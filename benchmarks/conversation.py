@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 from agent import model_store
-from agent.llm.answer import has_loop, is_echo, normalise, repeats, sentences
 from agent.llm.engines import ChatEngine, Sampling, Usage
 from agent.pipeline import llm_engine
 from agent.settings import LLMSettings, Settings
@@ -38,7 +37,7 @@ from benchmarks.conversation_set import (
     Conversation,
     TurnResult,
     as_dicts,
-    check,
+    judged,
     load_conversations,
     summarise,
     talk,
@@ -106,17 +105,11 @@ async def baseline_talk(
             text += token
         answer = " ".join(text.split())
         history.append({"role": "assistant", "content": answer})
+        earlier = [r.answer for r in results]
+        ttft = round(1000 * ((first or start) - start), 1)
         results.append(
-            TurnResult(
-                conversation=conversation.name, turn=i, user=turn.user, answer=answer,
-                misses=check(turn, answer, s.bot_name),
-                repeated=repeats(answer, [r.answer for r in results]), loop=has_loop(answer),
-                echo=is_echo(answer, turn.user), sentences=len(sentences(answer)),
-                words=len(normalise(answer).split()),
-                ttft_ms=round(1000 * ((first or start) - start), 1), first_phrase_ms=None,
-                completion_tokens=None, itl_ms=None, error=None,
-            )
-        )  # fmt: skip
+            judged(conversation.name, i, turn, answer, earlier, s.bot_name, ttft_ms=ttft)
+        )
     return results
 
 

@@ -121,6 +121,27 @@ class TurnResult:
         return not self.misses
 
 
+def judged(
+    conversation: str,
+    number: int,
+    turn: Turn,
+    answer: str,
+    earlier: list[str],
+    bot_name: str,
+    **timing: Any,
+) -> TurnResult:
+    """One answer judged: its checks, and whether it repeats an earlier answer (unasked),
+    loops, echoes the caller; ``timing``: the TurnResult fields measured, where known."""
+    fields = dict.fromkeys(("ttft_ms", "first_phrase_ms", "completion_tokens", "itl_ms", "error"))
+    return TurnResult(
+        conversation=conversation, turn=number, user=turn.user, answer=answer,
+        misses=check(turn, answer, bot_name),
+        repeated=repeats(answer, earlier) and not turn.hear_again, loop=has_loop(answer),
+        echo=is_echo(answer, turn.user), sentences=len(sentences(answer)),
+        words=len(normalise(answer).split()), **(fields | timing),
+    )  # fmt: skip
+
+
 class _Caller(FrameProcessor):
     """Says each turn as a final transcript once the previous answer has been spoken."""
 
@@ -209,12 +230,8 @@ async def talk(
             return round(got[key] - got["request"], 1) if key in got else None
 
         results.append(
-            TurnResult(
-                conversation=conversation.name, turn=i, user=turn.user, answer=answer,
-                misses=check(turn, answer, settings.bot_name),
-                repeated=repeats(answer, earlier) and not turn.hear_again, loop=has_loop(answer),
-                echo=is_echo(answer, turn.user), sentences=len(sentences(answer)),
-                words=len(normalise(answer).split()),
+            judged(
+                conversation.name, i, turn, answer, earlier, settings.bot_name,
                 ttft_ms=since_request("first_token"), first_phrase_ms=since_request("first_phrase"),
                 completion_tokens=usage.completion_tokens if usage else None,
                 itl_ms=usage.itl_ms if usage else None,

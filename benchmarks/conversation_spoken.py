@@ -27,22 +27,14 @@ import soundfile as sf
 
 from agent.evaluation.manifest import load_manifest
 from agent.evaluation.run import evaluate
-from agent.llm.answer import has_loop, is_echo, normalise, repeats, sentences
 from agent.pipeline import AgentModels, llm_engine
 from agent.replay import paced_settings
 from agent.settings import Settings
 from agent.synthesis.piper_tts import PiperVoiceModel
 from agent.timing.budget import load_budget, load_eval_limits
+from benchmarks import conversation_set as cs
 from benchmarks.conversation import print_row
-from benchmarks.conversation_set import (
-    CONVERSATIONS,
-    Conversation,
-    TurnResult,
-    as_dicts,
-    check,
-    load_conversations,
-    summarise,
-)
+from benchmarks.conversation_set import Conversation, TurnResult
 
 LEAD_SECS, TAIL_SECS = 0.3, 0.6  # silence around each synthesised turn, as a recording has
 SPEECH_LABEL = "synthesised speech (Piper)"
@@ -71,17 +63,8 @@ def graded(conversation: Conversation, report: dict[str, Any], bot_name: str) ->
     results: list[TurnResult] = []
     for i, (turn, clip) in enumerate(zip(conversation.turns, report["clips"], strict=True), 1):
         answer = " ".join(a for a in clip["answers"] if a.strip())
-        results.append(
-            TurnResult(
-                conversation=conversation.name, turn=i, user=turn.user, answer=answer,
-                misses=check(turn, answer, bot_name),
-                repeated=repeats(answer, [r.answer for r in results]) and not turn.hear_again,
-                loop=has_loop(answer), echo=is_echo(answer, turn.user),
-                sentences=len(sentences(answer)), words=len(normalise(answer).split()),
-                ttft_ms=None, first_phrase_ms=None, completion_tokens=None, itl_ms=None,
-                error=None,
-            )
-        )  # fmt: skip
+        earlier = [r.answer for r in results]
+        results.append(cs.judged(conversation.name, i, turn, answer, earlier, bot_name))
     return results
 
 
@@ -92,7 +75,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             update={"llm": settings.llm.model_copy(update={"model": args.llm_model})}
         )
     settings = paced_settings(settings, args.pace)
-    conversations = load_conversations(args.set)
+    conversations = cs.load_conversations(args.set)
     if args.conversations:
         conversations = [c for c in conversations if c.name in args.conversations]
     budget = load_budget(settings.budget_file, settings.budget_profile)
@@ -111,7 +94,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             )  # fmt: skip
             results += graded(c, report, settings.llm.bot_name)
             calls[c.name] = {k: report["overall"][k] for k in CALL_FIGURES}
-    summary = summarise(results) | {
+    summary = cs.summarise(results) | {
         "speech": SPEECH_LABEL,
         "wer_streaming_mean": round(
             float(np.mean([c["wer_streaming"] or 0 for c in calls.values()])), 4
@@ -124,7 +107,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
           f"streaming WER (mean of calls) {summary['wer_streaming_mean']:.1%}")  # fmt: skip
     out = {
         "speech": SPEECH_LABEL, "pace": args.pace, "model": settings.llm.model,
-        "summary": summary, "calls": calls, "turns": as_dicts(results),
+        "summary": summary, "calls": calls, "turns": cs.as_dicts(results),
     }  # fmt: skip
     (args.out / "conversation.json").write_text(json.dumps(out, indent=2) + "\n")
     return out
@@ -134,7 +117,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--speech", type=Path, default=Path("runs/conversation-speech"))
-    parser.add_argument("--set", type=Path, default=CONVERSATIONS)
+    parser.add_argument("--set", type=Path, default=cs.CONVERSATIONS)
     parser.add_argument("--pace", choices=["compute", "realtime"], default="compute")
     parser.add_argument("--conversations", nargs="*")
     parser.add_argument("--llm-model", help="llm.model for this run (default: the setting)")

@@ -42,6 +42,7 @@ SYSTEM_PROMPT = (
     "lists, markdown or emoji."
 )
 GREETING = "Hi, this is {bot_name}. How can I help you?"
+RETRY_NOTE = "Please answer in new words, without repeating what either of us said."
 # Said in turn, so that a call that needs the fallback twice does not hear the same words twice.
 FALLBACK_LINES = (
     "Sorry, I lost my train of thought. Could you say that again?",
@@ -217,6 +218,11 @@ class LLMSettings(BaseModel):
         validation_alias=AliasChoices("fallback_lines", "fallback_line"),
         description="spoken when the engine fails or has nothing new to say: the first not "
         "yet said in the call (one line or a list; fallback_line is the same setting)",
+    )
+    retry_note: str = Field(
+        RETRY_NOTE,
+        description="added to the caller's words when an answer is asked again because it "
+        "had nothing new to say ('' none; the second try also samples)",
     )
     timeout_secs: float = Field(
         8.0, gt=0, description="an engine silent this long (first token or between tokens) failed"

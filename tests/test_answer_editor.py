@@ -25,7 +25,7 @@ from agent.clock import CallClock
 from agent.llm.answer import AnswerEditor, Verdict, has_loop, is_echo, repeats
 from agent.llm.engines import OpenAIChatEngine, Sampling, Usage
 from agent.llm.prompt import prompt_messages
-from agent.llm.service import RETRY_NOTE, StreamingLLM
+from agent.llm.service import StreamingLLM
 from agent.settings import LLMSettings, load_settings
 
 
@@ -109,7 +109,7 @@ async def test_an_answer_with_nothing_new_is_asked_again_and_never_spoken():
     assert said == "The weather is fine today."
     first, second = (r["messages"] for r in engine.requests)
     assert second[:-1] == first[:-1]  # the cached prefix holds: only the last message changed
-    assert second[-1]["content"] == first[-1]["content"] + RETRY_NOTE
+    assert second[-1]["content"] == first[-1]["content"] + " " + SETTINGS.retry_note
 
 
 async def test_a_later_sentence_said_before_is_left_out():

@@ -63,9 +63,9 @@ from agent.settings import LLMSettings
 ENGINE_ERRORS = (openai.OpenAIError, TimeoutError, RuntimeError, ValueError, OSError)
 # A failover's error holds the first failure's own line and what was done about it.
 ENGINE_ERROR_CHARS = ERROR_LINE_CHARS + 80
-# Added to the caller's words when an answer had nothing new to say: greedy decoding would
-# give the same sentence again, so the second try also samples (seeded: reproducible).
-RETRY_NOTE = " Please answer in new words, without repeating what either of us said."
+# An answer with nothing new to say is asked again: greedy decoding would give the same
+# sentence again, so the second try samples (seeded: reproducible), with llm.retry_note
+# added to the caller's words.
 RETRY_TEMPERATURE = 0.7
 
 
@@ -287,7 +287,8 @@ class StreamingLLM(FrameProcessor):
         verdict, usage = await self._stream_edited(messages, editor, arrivals)
         if verdict is Verdict.REGENERATE:
             last = messages[-1]
-            retry = [*messages[:-1], {**last, "content": last["content"] + RETRY_NOTE}]
+            note = f" {self._settings.retry_note}" if self._settings.retry_note else ""
+            retry = [*messages[:-1], {**last, "content": last["content"] + note}]
             editor.restart()
             temperature = max(RETRY_TEMPERATURE, self._settings.temperature)
             sampling = replace(self._sampling, temperature=temperature)

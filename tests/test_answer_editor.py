@@ -325,3 +325,11 @@ def test_an_opening_bracket_does_not_let_a_repeat_through():
 async def test_a_farewell_may_say_goodbye_back():
     engine = ScriptedEngine("You're welcome! Goodbye.")
     assert await spoken(engine, history("Okay, thanks. Goodbye.")) == "You're welcome! Goodbye."
+
+
+async def test_the_second_try_does_not_read_the_note_back():
+    note = SETTINGS.retry_note
+    engine = ScriptedEngine("I'm glad to see you again.", f"Sure. {note}", "Fine, thanks.")
+    messages = history("Hello.", "I'm glad to see you again.", "How are you?")
+    said = await spoken(engine, messages)
+    assert note.lower() not in said.lower() and "new words" not in said, said

@@ -186,9 +186,12 @@ class AnswerEditor:
         """Everything released so far."""
         return "".join([*self.spoken, self._pending[: self._released]])
 
-    def restart(self) -> None:
-        """A new stream follows: the sentence in progress (never released) starts over."""
+    def restart(self, note: str = "") -> None:
+        """A new stream follows: the sentence in progress (never released) starts over.
+        ``note``: words added to the caller's for it, which must not be read back either."""
         self._pending, self._released, self.skipped = "", 0, 0
+        self._blocked += [b for b in map(normalise, echo_units(note)) if b]
+        self._heard = f"{self._heard} {note}".strip()
 
     def _said_before(self) -> list[str]:
         return [*self._blocked, *map(normalise, self.spoken)]

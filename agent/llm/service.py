@@ -289,7 +289,7 @@ class StreamingLLM(FrameProcessor):
             last = messages[-1]
             note = f" {self._settings.retry_note}" if self._settings.retry_note else ""
             retry = [*messages[:-1], {**last, "content": last["content"] + note}]
-            editor.restart()
+            editor.restart(note)
             temperature = max(RETRY_TEMPERATURE, self._settings.temperature)
             sampling = replace(self._sampling, temperature=temperature)
             verdict, usage = await self._stream_edited(retry, editor, arrivals, sampling)

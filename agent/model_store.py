@@ -143,6 +143,7 @@ MODELS: dict[str, ModelSpec] = {
                 ),
             ),
             license="Apache-2.0",
+            default=False,  # docs/conversation.md: faster, but answers few questions right
             entry="SmolLM2-135M-Instruct.Q4_1.gguf",
         ),
         ModelSpec(
@@ -157,7 +158,6 @@ MODELS: dict[str, ModelSpec] = {
                 ),
             ),
             license="Apache-2.0 (model: Qwen2.5-Coder-0.5B-Instruct, GGUF Q4_K_M)",
-            default=False,  # docs/conversation.md: better answers, slower first token
             entry="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
         ),
     )

@@ -171,7 +171,8 @@ class LLMSettings(BaseModel):
         "converted by scripts/setup_vllm.sh, a safetensors folder or a hub id)",
     )
     model: str = Field(
-        "smollm2-135m", description="default model name or GGUF path; for openai, the model id"
+        "qwen2.5-coder-0.5b",
+        description="default model name or GGUF path; for openai, the model id",
     )
     base_url: str | None = Field(None, description="OpenAI-compatible URL (engine=openai)")
     fallback_url: str | None = Field(

@@ -65,13 +65,14 @@ def test_cpu_build_gets_blocks_small_enough_to_cache_the_system_prompt(settings,
 
 def test_default_model_means_its_converted_folder(settings, tmp_path):
     server = VllmServer(settings.llm, tmp_path, port=9, gpu=False)
-    assert server.model == str(tmp_path / "smollm2-135m-hf")
-    assert server.served_name == "smollm2-135m" and server.base_url.endswith(":9/v1")
+    name = settings.llm.model
+    assert server.model == str(tmp_path / f"{name}-hf")
+    assert server.served_name == name and server.base_url.endswith(":9/v1")
     hub = VllmServer(settings.llm.model_copy(update={"model": "Org/Model-AWQ"}), tmp_path)
     assert (hub.model, hub.served_name) == ("Org/Model-AWQ", "Org/Model-AWQ")
 
 
-def test_llm_serve_print_command_and_one_line_errors(tmp_path):
+def test_llm_serve_print_command_and_one_line_errors(settings, tmp_path):
     runner = CliRunner()
     done = runner.invoke(app, ["llm", "serve", "--print-command", "--port", "8111"])
     assert done.exit_code == 0, done.output
@@ -87,8 +88,8 @@ def test_llm_serve_print_command_and_one_line_errors(tmp_path):
     )
     assert unconverted.exit_code == 2
     assert unconverted.stderr.strip().splitlines() == [
-        f"error: smollm2-135m has no vLLM conversion in {tmp_path / 'smollm2-135m-hf'}: "
-        "run scripts/setup_vllm.sh"
+        f"error: {settings.llm.model} has no vLLM conversion in "
+        f"{tmp_path / (settings.llm.model + '-hf')}: run scripts/setup_vllm.sh"
     ]
     gguf = runner.invoke(app, ["llm", "serve", "--model", str(tmp_path / "x.gguf")])
     assert gguf.exit_code == 2 and "vLLM does not read GGUF" in gguf.stderr

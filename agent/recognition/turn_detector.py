@@ -495,13 +495,11 @@ class TurnDetector(FrameProcessor):
         value that end the turn, or None."""
         ready = self._pause_text_ready.is_set()
         sentence = ready and ends_sentence(self._pause_text)
-        if ready and only_opens(self._pause_text):
-            ends = self._policy.ends(probability, silence_secs, sentence, opener=True)
-            return ("smart_turn", round(probability, 3)) if ends else None
+        opener = ready and only_opens(self._pause_text)
         p = round(probability, 3)
-        if self._policy.ends(probability, silence_secs, sentence=False):
+        if self._policy.ends(probability, silence_secs, sentence=False, opener=opener):
             return "smart_turn", p
-        if sentence and self._policy.ends(probability, silence_secs, sentence=True):
+        if sentence and self._policy.ends(probability, silence_secs, True, opener):
             return "smart_turn_and_text", p
         return None
 

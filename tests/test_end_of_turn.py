@@ -126,11 +126,14 @@ def test_the_judgements_during_the_silence_run_at_real_time_too():
 def test_a_greeting_before_the_question_does_not_end_the_turn(tmp_path: Path):
     """Piper says "Hi there, how are you today?" with 0.3 s of silence after "Hi there",
     which Smart Turn scores 0.98 (a finished turn): an opener alone waits for 0.6 s, and
-    the question comes first. Synthesised speech: Piper's voice, made here."""
+    the question comes first. Synthesised speech: Piper's voice, made here. Whisper tiny
+    drops the "how" after the pause on some CPUs' arithmetic (and here under a whisper of
+    noise), so the words asserted are the turn's two ends, which a split would part."""
     settings = Settings()
     voice = PiperVoiceModel.from_settings(settings.tts, settings.models_dir)
     silence = np.zeros(RATE // 2, dtype=np.int16)
     speech = voice.synthesize("Hi there, how are you today?", RATE)
     sf.write(tmp_path / "hi.wav", np.concatenate([silence, speech, silence]), RATE)
-    finals, _ = heard(str(tmp_path / "hi.wav"))
-    assert len(finals) == 1 and "how are you" in finals[0].lower(), finals
+    finals, reasons = heard(str(tmp_path / "hi.wav"))
+    assert len(finals) == len(reasons) == 1, (finals, reasons)
+    assert "hi" in finals[0].lower() and "today" in finals[0].lower(), finals

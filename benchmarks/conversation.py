@@ -9,19 +9,23 @@ caller speaks), and decoding speed. Per-turn answers go to the JSON file too.
     .venv/bin/python -m benchmarks.conversation --out runs/conversation.json \\
         [--models smollm2-135m qwen2.5-coder-0.5b] [--engines llama-inprocess llama-server] \\
         [--variant name:repeat_penalty=1.0] [--url http://host:8000/v1 --url-model NAME] \\
-        [--baseline] [--conversations facts small_talk]
+        [--baseline] [--conversations facts small_talk] [--corpus MANIFEST]
 
 ``--variant NAME:key=value,...`` overrides llm settings for one run (repeatable; default: the
 settings as they are; ``system_prompt=@FILE`` reads the text from a file). ``--baseline``
 adds a run of the stage as it was before the answer editor (old system prompt, temperature
 0.2, no penalty, no sentence stop, no history filter) for comparison, in-process only.
-Engine ``openai`` needs ``--url``; ``vllm`` needs scripts/setup_vllm.sh.
+``--corpus MANIFEST`` runs a corpus's reference transcripts instead, as one call with no
+checks: speech the set was not written for (mostly statements, not questions), judged for
+repeats, loops, echoes and fallback lines. Engine ``openai`` needs ``--url``; ``vllm`` needs
+scripts/setup_vllm.sh.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -35,6 +39,7 @@ from agent.settings import LLMSettings, Settings
 from benchmarks.conversation_set import (
     CONVERSATIONS,
     Conversation,
+    Turn,
     TurnResult,
     as_dicts,
     judged,
@@ -108,7 +113,16 @@ async def baseline_talk(
         earlier = [r.answer for r in results]
         ttft = round(1000 * ((first or start) - start), 1)
         results.append(
-            judged(conversation.name, i, turn, answer, earlier, s.bot_name, ttft_ms=ttft)
+            judged(
+                conversation.name,
+                i,
+                turn,
+                answer,
+                earlier,
+                s.bot_name,
+                s.fallback_lines,
+                ttft_ms=ttft,
+            )
         )
     return results
 
@@ -117,7 +131,8 @@ def print_row(label: str, summary: dict[str, Any]) -> None:
     print(
         f"{label:<52} checks {summary['checks_met']}/{summary['turns']}  "
         f"repeats {summary['repeated_answers']}  loops {summary['loops']}  "
-        f"echoes {summary['echoes']}  >2 sent {summary['over_two_sentences']}  "
+        f"echoes {summary['echoes']}  fallbacks {summary['fallbacks']}  "
+        f">2 sent {summary['over_two_sentences']}  "
         f"words {summary['words_per_answer']}  ttft p50/p95 {summary['ttft_ms']['p50']}/"
         f"{summary['ttft_ms']['p95']}  first phrase p50/p95 "
         f"{summary['first_phrase_ms']['p50']}/{summary['first_phrase_ms']['p95']}  "
@@ -126,9 +141,15 @@ def print_row(label: str, summary: dict[str, Any]) -> None:
     )
 
 
+def corpus_call(manifest: Path) -> Conversation:
+    """A corpus's reference transcripts as one unchecked call, in the manifest's order."""
+    rows = [json.loads(line) for line in manifest.read_text().splitlines() if line.strip()]
+    return Conversation(name=manifest.parent.name, turns=[Turn(user=r["text"]) for r in rows])
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     settings = Settings()
-    conversations = load_conversations(args.set)
+    conversations = [corpus_call(args.corpus)] if args.corpus else load_conversations(args.set)
     if args.conversations:
         conversations = [c for c in conversations if c.name in args.conversations]
     variants = [parse_variant(v) for v in args.variant] or [("default", {})]
@@ -160,7 +181,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def save(args: argparse.Namespace, conversations: list[Conversation], runs: list) -> dict:
-    result = {"set": str(args.set), "conversations": [c.name for c in conversations], "runs": runs}
+    names = [c.name for c in conversations]
+    result = {"set": str(args.corpus or args.set), "conversations": names, "runs": runs}
     write_json(args.out, result)
     return result
 
@@ -176,6 +198,7 @@ def main() -> None:
     parser.add_argument("--baseline", action="store_true")
     parser.add_argument("--set", type=Path, default=CONVERSATIONS)
     parser.add_argument("--conversations", nargs="*")
+    parser.add_argument("--corpus", type=Path, help="a corpus manifest.jsonl, as one call")
     parser.add_argument("--url", help="OpenAI-compatible base URL (engine openai)")
     parser.add_argument("--url-model", help="model id at --url")
     args = parser.parse_args()

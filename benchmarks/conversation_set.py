@@ -43,6 +43,7 @@ from agent.synthesis.chunker import PhraseChunker
 CONVERSATIONS = Path(__file__).resolve().parents[1] / "tests" / "data" / "conversations.yaml"
 ANSWER_TIMEOUT_SECS = 60.0
 CALL_START_SECS = 1.0  # no caller speaks sooner after the call starts
+DEFAULT_LLM = LLMSettings()
 
 
 @dataclass
@@ -108,6 +109,7 @@ class TurnResult:
     repeated: bool  # says a sentence an earlier answer said, unasked (see Turn.hear_again)
     loop: bool  # a phrase repeated inside the answer
     echo: bool  # repeats the caller's words
+    fallback: bool  # one of the fallback lines: the stage had nothing new to say
     sentences: int
     words: int
     ttft_ms: float | None  # llm_request -> first token
@@ -128,16 +130,19 @@ def judged(
     answer: str,
     earlier: list[str],
     bot_name: str,
+    fallback_lines: list[str] = DEFAULT_LLM.fallback_lines,
     **timing: Any,
 ) -> TurnResult:
     """One answer judged: its checks, and whether it repeats an earlier answer (unasked),
-    loops, echoes the caller; ``timing``: the TurnResult fields measured, where known."""
+    loops, echoes the caller, is a fallback line; ``timing``: the TurnResult fields
+    measured, where known."""
     fields = dict.fromkeys(("ttft_ms", "first_phrase_ms", "completion_tokens", "itl_ms", "error"))
     return TurnResult(
         conversation=conversation, turn=number, user=turn.user, answer=answer,
         misses=check(turn, answer, bot_name),
         repeated=repeats(answer, earlier) and not turn.hear_again, loop=has_loop(answer),
         echo=is_echo(answer, turn.user), sentences=len(sentences(answer)),
+        fallback=normalise(answer) in {normalise(line) for line in fallback_lines},
         words=len(normalise(answer).split()), **(fields | timing),
     )  # fmt: skip
 
@@ -232,6 +237,7 @@ async def talk(
         results.append(
             judged(
                 conversation.name, i, turn, answer, earlier, settings.bot_name,
+                settings.fallback_lines,
                 ttft_ms=since_request("first_token"), first_phrase_ms=since_request("first_phrase"),
                 completion_tokens=usage.completion_tokens if usage else None,
                 itl_ms=usage.itl_ms if usage else None,
@@ -260,6 +266,7 @@ def summarise(results: list[TurnResult]) -> dict[str, Any]:
         "repeated_answers": sum(r.repeated for r in results),
         "loops": sum(r.loop for r in results),
         "echoes": sum(r.echo for r in results),
+        "fallbacks": sum(r.fallback for r in results),
         "over_two_sentences": sum(r.sentences > 2 for r in results),
         "errors": sum(bool(r.error) for r in results),
         "words_per_answer": round(statistics.mean(r.words for r in results), 1),

@@ -42,6 +42,15 @@ SYSTEM_PROMPT = (
     "lists, markdown or emoji."
 )
 GREETING = "Hi, this is {bot_name}. How can I help you?"
+# Shown as earlier exchanges of the call: told something rather than asked, a small model
+# rewords the caller's words back; an exchange that reacts and asks shows it what to do.
+EXAMPLES = (
+    ("I had a really long day today.", "Sorry to hear that. What kept you so busy?"),
+    (
+        "The train was late again this morning.",
+        "That is annoying. Did it make you late for anything?",
+    ),
+)
 RETRY_NOTE = "Please answer in new words, without repeating what either of us said."
 # Said in turn, so that a call that needs the fallback twice does not hear the same words twice.
 FALLBACK_LINES = (
@@ -159,6 +168,13 @@ class TurnSettings(BaseModel):
     )
 
 
+class Example(BaseModel):
+    """One example exchange: what a caller says and the answer the bot should give."""
+
+    caller: str = Field(min_length=1)
+    answer: str = Field(min_length=1)
+
+
 class LLMSettings(BaseModel):
     """The language model and the engine that serves it."""
 
@@ -210,6 +226,11 @@ class LLMSettings(BaseModel):
     system_prompt: str = Field(
         SYSTEM_PROMPT, description="static instructions, sent first and byte-identical every turn"
     )
+    examples: list[Example] = Field(
+        [Example(caller=c, answer=a) for c, a in EXAMPLES],
+        description="example exchanges sent after the system prompt, as if earlier in the "
+        "call (static, so cached with it); the bot never says their answers itself; [] none",
+    )
     greeting: str = Field(
         GREETING, description="spoken first when a live call starts (replay: --greeting); '' none"
     )
@@ -258,7 +279,20 @@ class LLMSettings(BaseModel):
             object.__setattr__(self, name, getattr(self, name).replace("{bot_name}", self.bot_name))
         named = [line.replace("{bot_name}", self.bot_name) for line in self.fallback_lines]
         object.__setattr__(self, "fallback_lines", named)
+        for example in self.examples:
+            example.answer = example.answer.replace("{bot_name}", self.bot_name)
         return self
+
+    @property
+    def opening(self) -> list[dict[str, str]]:
+        """The static start of every request: the system prompt, then the examples."""
+        messages = [{"role": "system", "content": self.system_prompt}]
+        for example in self.examples:
+            messages += [
+                {"role": "user", "content": example.caller},
+                {"role": "assistant", "content": example.answer},
+            ]
+        return messages
 
     @field_validator("fallback_lines", mode="before")
     @classmethod

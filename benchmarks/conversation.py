@@ -9,16 +9,17 @@ caller speaks), and decoding speed. Per-turn answers go to the JSON file too.
     .venv/bin/python -m benchmarks.conversation --out runs/conversation.json \\
         [--models smollm2-135m qwen2.5-coder-0.5b] [--engines llama-inprocess llama-server] \\
         [--variant name:repeat_penalty=1.0] [--url http://host:8000/v1 --url-model NAME] \\
-        [--baseline] [--conversations facts small_talk] [--corpus MANIFEST]
+        [--baseline] [--conversations facts small_talk] [--corpus MANIFEST ...]
 
 ``--variant NAME:key=value,...`` overrides llm settings for one run (repeatable; default: the
-settings as they are; ``system_prompt=@FILE`` reads the text from a file). ``--baseline``
+settings as they are; ``system_prompt=@FILE`` reads the text from a file; a list is JSON,
+``examples=[]``). ``--baseline``
 adds a run of the stage as it was before the answer editor (old system prompt, temperature
 0.2, no penalty, no sentence stop, no history filter) for comparison, in-process only.
-``--corpus MANIFEST`` runs a corpus's reference transcripts instead, as one call with no
-checks: speech the set was not written for (mostly statements, not questions), judged for
-repeats, loops, echoes and fallback lines. Engine ``openai`` needs ``--url``; ``vllm`` needs
-scripts/setup_vllm.sh.
+``--corpus MANIFEST ...`` runs corpus reference transcripts instead, each manifest as one
+call with no checks: speech the set was not written for (mostly statements, not
+questions), judged for repeats, loops, echoes and fallback lines. Engine ``openai`` needs
+``--url``; ``vllm`` needs scripts/setup_vllm.sh.
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ def parse_variant(spec: str) -> tuple[str, dict[str, Any]]:
             raise SystemExit(f"--variant {spec}: {key} is not an llm setting")
         if value.startswith("@"):  # a text setting read from a file (a system prompt)
             value = Path(value[1:]).read_text().strip()
-        overrides[key] = type(getattr(LLMSettings(), key))(value)
+        default = getattr(LLMSettings(), key)
+        overrides[key] = json.loads(value) if isinstance(default, list) else type(default)(value)
         if isinstance(overrides[key], str) and "{bot_name}" in overrides[key]:
             overrides[key] = overrides[key].replace("{bot_name}", LLMSettings().bot_name)
     return name, overrides
@@ -149,7 +151,7 @@ def corpus_call(manifest: Path) -> Conversation:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     settings = Settings()
-    conversations = [corpus_call(args.corpus)] if args.corpus else load_conversations(args.set)
+    conversations = [corpus_call(m) for m in args.corpus] or load_conversations(args.set)
     if args.conversations:
         conversations = [c for c in conversations if c.name in args.conversations]
     variants = [parse_variant(v) for v in args.variant] or [("default", {})]
@@ -162,7 +164,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 if args.baseline and kind == "llama-inprocess":
                     arms.append(("baseline", {}, True))
                 for name, overrides, old in arms:
-                    s = base.model_copy(update=overrides)
+                    s = LLMSettings.model_validate(base.model_dump() | overrides)
                     results: list[TurnResult] = []
                     for conversation in conversations:
                         if old:
@@ -182,7 +184,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def save(args: argparse.Namespace, conversations: list[Conversation], runs: list) -> dict:
     names = [c.name for c in conversations]
-    result = {"set": str(args.corpus or args.set), "conversations": names, "runs": runs}
+    sets = ", ".join(map(str, args.corpus or [args.set]))
+    result = {"set": sets, "conversations": names, "runs": runs}
     write_json(args.out, result)
     return result
 
@@ -198,7 +201,8 @@ def main() -> None:
     parser.add_argument("--baseline", action="store_true")
     parser.add_argument("--set", type=Path, default=CONVERSATIONS)
     parser.add_argument("--conversations", nargs="*")
-    parser.add_argument("--corpus", type=Path, help="a corpus manifest.jsonl, as one call")
+    parser.add_argument("--corpus", type=Path, nargs="*", default=[],
+                        help="corpus manifest.jsonl files, each as one call")  # fmt: skip
     parser.add_argument("--url", help="OpenAI-compatible base URL (engine openai)")
     parser.add_argument("--url-model", help="model id at --url")
     args = parser.parse_args()

@@ -97,7 +97,7 @@ async def conversation(
     """The same conversation on every engine, turn by turn, alternating engines."""
     s = settings.llm
     for name in prewarm:
-        warm = [{"role": "system", "content": s.system_prompt}, {"role": "user", "content": "Hi"}]
+        warm = [*s.opening, {"role": "user", "content": "Hi"}]
         await one_turn(engines[name], warm, 1)
     history: dict[str, list[dict]] = {name: [] for name in engines}
     results: dict[str, list[dict]] = {name: [] for name in engines}
@@ -106,12 +106,12 @@ async def conversation(
             said = USER_TURNS[i % len(USER_TURNS)]
             if name in prefill_while_speaking:
                 partial = [*history[name], {"role": "user", "content": so_far(said)}]
-                await engine.prefill(prompt_messages(s.system_prompt, partial, s.history_turns))
+                await engine.prefill(prompt_messages(s.opening, partial, s.history_turns))
             history[name].append({"role": "user", "content": said})
-            messages = prompt_messages(s.system_prompt, history[name], s.history_turns)
+            messages = prompt_messages(s.opening, history[name], s.history_turns)
             result = await one_turn(engine, messages, s.max_tokens)
             after_trim = prefix_after_trim(
-                s.system_prompt, history[name], result["text"], s.history_turns
+                s.opening, history[name], result["text"], s.history_turns
             )
             if after_trim is not None:
                 await one_turn(engine, after_trim, 1)
@@ -144,7 +144,7 @@ async def concurrency(server: LlamaServer, gguf: Path, settings: Settings, n: in
         rows = []
         for i in range(3):
             history.append({"role": "user", "content": USER_TURNS[(i + k) % len(USER_TURNS)]})
-            messages = prompt_messages(s.system_prompt, history, s.history_turns)
+            messages = prompt_messages(s.opening, history, s.history_turns)
             rows.append(await one_turn(engine, messages, s.max_tokens))
             history.append({"role": "assistant", "content": rows[-1]["text"]})
         return rows
@@ -195,7 +195,7 @@ async def barge_in(
     ``engine_stop_ms``: the decision to the engine no longer decoding, as
     ``engine_stopped`` observes it: what a barge-in leaves burning on the machine."""
     s = settings.llm
-    messages = prompt_messages(s.system_prompt, [{"role": "user", "content": BARGE_IN_ASK}], 4)
+    messages = prompt_messages(s.opening, [{"role": "user", "content": BARGE_IN_ASK}], 4)
     sampling = Sampling(temperature=0.7)
     stream = engine.stream(messages, max_tokens=BARGE_IN_MAX_TOKENS, sampling=sampling)
     received = 0

@@ -51,7 +51,7 @@ async def answer(
     """One answer: chunk the live token stream, synthesise phrases in order off the loop."""
     loop = asyncio.get_running_loop()
     s = settings.llm
-    messages = prompt_messages(s.system_prompt, [{"role": "user", "content": user}], 4)
+    messages = prompt_messages(s.opening, [{"role": "user", "content": user}], 4)
     buffer, first_token, phrases = "", None, []
 
     def synthesize(text: str, first: bool) -> tuple:

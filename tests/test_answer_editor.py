@@ -136,6 +136,14 @@ async def test_a_repeat_on_both_tries_speaks_the_fallback_line():
     assert said == SETTINGS.fallback_lines[0]
 
 
+async def test_an_example_answer_is_never_said_word_for_word():
+    # Copied to a caller it was not written for, it fits nothing: asked again instead.
+    example = SETTINGS.examples[0].answer
+    engine = ScriptedEngine(example, "Oh, tell me more.")
+    assert await spoken(engine, history("My cat is asleep.")) == "Oh, tell me more."
+    assert len(engine.requests) == 2
+
+
 async def test_a_call_that_needs_the_fallback_again_hears_other_words():
     first, second, *_ = SETTINGS.fallback_lines
     engine = ScriptedEngine("Hello there.", "Hello there.")
@@ -165,6 +173,9 @@ async def test_answers_that_diverge_at_once_are_not_held_back():
     assert editor.feed("Hello").text == "Hello"  # a new stream: diverges at once
 
 
+S = [{"role": "system", "content": "S"}]
+
+
 def test_the_history_drops_degenerate_answers_and_keeps_what_the_caller_said():
     fallback = SETTINGS.fallback_lines[0]
     full = history(
@@ -174,7 +185,7 @@ def test_the_history_drops_degenerate_answers_and_keeps_what_the_caller_said():
         "Hello?", fallback,
         "What's my name?",
     )  # fmt: skip
-    messages = prompt_messages("S", full, 10, [fallback])
+    messages = prompt_messages(S, full, 10, [fallback])
     assert [m["content"] for m in messages] == [
         "S", "Hi, I'm Maria.", "I'm glad to see you again.",
         "What part of the United States is your home?", "Tell me a joke.", "Hello?",
@@ -183,13 +194,13 @@ def test_the_history_drops_degenerate_answers_and_keeps_what_the_caller_said():
     # Dropping depends only on what came before: the next turn's prompt extends this one.
     more = [{"role": "assistant", "content": "Your name is Maria."},
             {"role": "user", "content": "Thanks."}]  # fmt: skip
-    later = prompt_messages("S", [*full, *more], 10, [fallback])
+    later = prompt_messages(S, [*full, *more], 10, [fallback])
     assert later[: len(messages)] == messages
 
 
 def test_history_trimming_counts_exchanges_when_answers_were_dropped():
     full = history("u0", "same answer.", "u1", "same answer.", "u2", "a2.", "u3", "a3.", "u4")
-    messages = prompt_messages("S", full, 2)
+    messages = prompt_messages(S, full, 2)
     assert [m["content"] for m in messages] == ["S", "u2", "a2.", "u3", "a3.", "u4"]
 
 
@@ -226,16 +237,23 @@ def test_the_persona_comes_from_the_config_file(tmp_path):
         "  system_prompt: You are {bot_name}, the front desk of a small hotel.\n"
         "  greeting: Hotel Aurora, {bot_name} speaking.\n"
         "  fallback_line: Sorry, could you repeat that?\n"
+        "  examples:\n"
+        "    - caller: I'd like a room for Friday.\n"
+        "      answer: Please call {bot_name} at the desk on 555 0100.\n"
     )
     s = load_settings(config).llm
     assert s.system_prompt == "You are Juno, the front desk of a small hotel."
     assert s.greeting == "Hotel Aurora, Juno speaking."
     assert s.fallback_lines == ["Sorry, could you repeat that?"]  # one line is a list of one
+    assert s.opening[1:] == [
+        {"role": "user", "content": "I'd like a room for Friday."},
+        {"role": "assistant", "content": "Please call Juno at the desk on 555 0100."},
+    ]
     config.write_text('llm:\n  fallback_lines: ["Say again, {bot_name}?", "Pardon?"]\n')
     assert load_settings(config).llm.fallback_lines == ["Say again, Ava?", "Pardon?"]
 
 
-async def test_the_system_prompt_is_the_same_bytes_first_in_every_request():
+async def test_the_opening_is_the_same_bytes_first_in_every_request():
     engine = ScriptedEngine("One thing.", "Another thing.", "A third thing.")
     llm = StreamingLLM(engine, SETTINGS, CallClock())
     context = LLMContext(messages=history("Hi."))
@@ -245,8 +263,11 @@ async def test_the_system_prompt_is_the_same_bytes_first_in_every_request():
             *context.messages, {"role": "assistant", "content": "ok."},
             {"role": "user", "content": text}])), SleepFrame(0.2)]  # fmt: skip
     await run_test(llm, frames_to_send=frames)
-    firsts = [r["messages"][0] for r in engine.requests]
-    assert firsts == [{"role": "system", "content": SETTINGS.system_prompt}] * 3
+    opening = SETTINGS.opening  # the system prompt, then the example exchanges
+    assert opening[0] == {"role": "system", "content": SETTINGS.system_prompt}
+    assert len(opening) == 1 + 2 * len(SETTINGS.examples) > 1
+    firsts = [r["messages"][: len(opening)] for r in engine.requests]
+    assert firsts == [opening] * 3
 
 
 async def test_the_greeting_is_spoken_first_when_asked_for():

@@ -129,7 +129,7 @@ async def test_interruption_stops_decoding_at_once(inprocess, settings):
     # The engine's own counter: prompt + what it decoded. Had decoding gone on after the
     # interruption, it would be far past what reached the pipeline (the answer editor may
     # still hold a sentence's tokens back: at most a sentence more than was received).
-    formatted = inprocess._format(messages=prompt_messages(long.system_prompt, ask.messages, 4))
+    formatted = inprocess._format(messages=prompt_messages(long.opening, ask.messages, 4))
     prompt = inprocess.llm.tokenize(formatted.prompt.encode(), add_bos=False, special=True)
     decoded = inprocess.llm.n_tokens - len(prompt)
     assert len(received) - 1 <= decoded <= len(received) + 30 < long.max_tokens
@@ -140,7 +140,7 @@ def test_history_is_trimmed_in_whole_pairs_and_steps():
     prefixes = []
     for i in range(10):
         history.append({"role": "user", "content": f"u{i}"})
-        messages = prompt_messages("S", history, 4)
+        messages = prompt_messages([{"role": "system", "content": "S"}], history, 4)
         assert messages[0] == {"role": "system", "content": "S"}
         assert messages[-1]["content"] == f"u{i}"
         assert len(messages) <= 2 + 2 * 4
@@ -239,7 +239,7 @@ async def test_the_turn_so_far_is_prefilled_while_the_caller_speaks(inprocess, s
     tap = Tap(CallClock())
     s = settings.llm
     partial = inprocess._tokens(
-        prompt_messages(s.system_prompt, so_far.messages, s.history_turns), open_end=True
+        prompt_messages(s.opening, so_far.messages, s.history_turns), open_end=True
     )
 
     def frames():
@@ -362,7 +362,7 @@ async def test_an_idle_call_keeps_its_conversation_in_the_in_process_cache(inpro
     # Idle for several keepalive periods: the cache still starts with this conversation
     # (a keepalive request would have put the bare system prompt there).
     s = settings.llm
-    prompt = inprocess._tokens(prompt_messages(s.system_prompt, ask.messages, s.history_turns))
+    prompt = inprocess._tokens(prompt_messages(s.opening, ask.messages, s.history_turns))
     assert inprocess.llm._input_ids[: len(prompt)].tolist() == prompt
 
 

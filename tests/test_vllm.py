@@ -144,14 +144,14 @@ async def collect(engine: OpenAIChatEngine, messages: list[dict]) -> tuple[list[
 async def test_streams_and_reuses_the_cached_prefix(engine, settings):
     s = settings.llm
     history = [{"role": "user", "content": "What is the capital of France?"}]
-    texts, first = await collect(engine, prompt_messages(s.system_prompt, history, 4))
+    texts, first = await collect(engine, prompt_messages(s.opening, history, 4))
     assert len(texts) > 1 and "".join(texts).strip()  # streamed, not one lump
     assert first.prompt_tokens and first.completion_tokens
     history += [
         {"role": "assistant", "content": "".join(texts)},
         {"role": "user", "content": "And how many people live there?"},
     ]
-    texts, second = await collect(engine, prompt_messages(s.system_prompt, history, 4))
+    texts, second = await collect(engine, prompt_messages(s.opening, history, 4))
     assert "".join(texts).strip()
     # The system prompt and the first exchange are the same prefix: vLLM says it reused it.
     assert second.cached_tokens and second.cached_tokens > 0, second

@@ -177,11 +177,8 @@ class InProcessLlama:
         self._decoding = threading.Event()  # cleared: decoding waits (pause_decoding)
         self._decoding.set()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
-        # Load the weights into memory and prefill the static system prompt before any call.
-        warmup = [
-            {"role": "system", "content": settings.system_prompt},
-            {"role": "user", "content": "Hello."},
-        ]
+        # Load the weights into memory and prefill the static opening before any call.
+        warmup = [*settings.opening, {"role": "user", "content": "Hello."}]
         self._generate(warmup, 1, GREEDY, lambda _: None, threading.Event())
 
     def _tokens(self, messages: list[dict[str, Any]], *, open_end: bool = False) -> list[int]:

@@ -1,6 +1,7 @@
-"""Prompt layout for prefix caching: static system prompt, short history, new user text last.
+"""Prompt layout for prefix caching: static opening, short history, new user text last.
 
-The system prompt is byte-identical every turn, so the engine prefills it once. History is
+The opening (the system prompt and the persona's example exchanges) is byte-identical every
+turn, so the engine prefills it once. History is
 trimmed in whole exchanges (a user message and the answer to it), and in steps of half the
 limit, so the cached prefix is broken only every few turns rather than on every turn once
 the limit is reached.
@@ -58,12 +59,12 @@ def _exchanges(messages: list[Message]) -> list[list[Message]]:
 
 
 def prompt_messages(
-    system_prompt: str,
+    opening: list[Message],
     history: list[Message],
     max_pairs: int,
     dropped_lines: Iterable[str] = (),
 ) -> list[Message]:
-    """The request's messages: system prompt, then the kept tail of ``history``.
+    """The request's messages: the static ``opening``, then the kept tail of ``history``.
 
     ``history`` ends with the new user message; ``dropped_lines`` are set lines (the
     fallback) that are never shown to the model as its own answers.
@@ -75,11 +76,11 @@ def prompt_messages(
         dropped = -(-(len(exchanges) - max_pairs) // step) * step  # whole steps: prefix holds
         exchanges = exchanges[min(len(exchanges), dropped) :]
     kept = [m for group in exchanges for m in group]
-    return [{"role": "system", "content": system_prompt}, *kept, latest]
+    return [*opening, *kept, latest]
 
 
 def prefix_after_trim(
-    system_prompt: str,
+    opening: list[Message],
     history: list[Message],
     answer: str,
     max_pairs: int,
@@ -89,7 +90,8 @@ def prefix_after_trim(
     it: its oldest kept message differs from this turn's. None when the cached prefix holds.
     """
     dropped_lines = list(dropped_lines)
-    now = prompt_messages(system_prompt, history, max_pairs, dropped_lines)
+    now = prompt_messages(opening, history, max_pairs, dropped_lines)
     after = [*history, {"role": "assistant", "content": answer}, {"role": "user", "content": ""}]
-    upcoming = prompt_messages(system_prompt, after, max_pairs, dropped_lines)
-    return upcoming if upcoming[1] is not now[1] else None
+    upcoming = prompt_messages(opening, after, max_pairs, dropped_lines)
+    first = len(opening)  # the oldest kept message (or the user text, when none is kept)
+    return upcoming if upcoming[first] is not now[first] else None

@@ -150,7 +150,7 @@ class StreamingLLM(FrameProcessor):
 
     def _prompt(self, history: list[dict]) -> list[dict]:
         s = self._settings
-        return prompt_messages(s.system_prompt, history, s.history_turns, s.fallback_lines)
+        return prompt_messages(s.opening, history, s.history_turns, s.fallback_lines)
 
     async def _cancel(self) -> bool:
         """Stop the answer in progress, if any; True when there was one."""
@@ -203,12 +203,9 @@ class StreamingLLM(FrameProcessor):
     async def _complete_quietly(self, messages: list[dict] | None = None) -> None:
         """A one-token request: prefills (or keeps warm) the KV cache of its prompt's prefix.
 
-        By default the prefix is the static system prompt.
+        By default the prefix is the static opening (system prompt and examples).
         """
-        messages = messages or [
-            {"role": "system", "content": self._settings.system_prompt},
-            {"role": "user", "content": "Hello."},
-        ]
+        messages = messages or [*self._settings.opening, {"role": "user", "content": "Hello."}]
         try:
             async for _ in self._engine.stream(messages, max_tokens=1):
                 pass
@@ -244,7 +241,9 @@ class StreamingLLM(FrameProcessor):
         s = self._settings
         messages = self._prompt(history)
         said = [str(m.get("content") or "") for m in history if m.get("role") == "assistant"]
-        editor = AnswerEditor(said, str(history[-1].get("content") or ""), s.max_sentences)
+        examples = [e.answer for e in s.examples]  # copied word for word, they fit nothing
+        heard = str(history[-1].get("content") or "")
+        editor = AnswerEditor([*examples, *said], heard, s.max_sentences)
         await self._emit(LLMFullResponseStartFrame())
         await self._emit(TimelineEventFrame(event="llm_request", at_ms=self._clock.now_ms()))
         self._last_request = self._clock.now_ms() / 1000
@@ -344,8 +343,6 @@ class StreamingLLM(FrameProcessor):
         next turn finds it cached. A new turn cancels this at once.
         """
         s = self._settings
-        upcoming = prefix_after_trim(
-            s.system_prompt, history, answer, s.history_turns, s.fallback_lines
-        )
+        upcoming = prefix_after_trim(s.opening, history, answer, s.history_turns, s.fallback_lines)
         if upcoming is not None:
             await self._complete_quietly(upcoming)

@@ -239,7 +239,6 @@ class StreamingLLM(FrameProcessor):
         asking to hear the last answer again gets it again, without the engine.
         """
         s = self._settings
-        messages = self._prompt(history)
         said = [str(m.get("content") or "") for m in history if m.get("role") == "assistant"]
         examples = [e.answer for e in s.examples]  # copied word for word, they fit nothing
         heard = str(history[-1].get("content") or "")
@@ -256,6 +255,7 @@ class StreamingLLM(FrameProcessor):
                 await self._emit(TimelineEventFrame(event="llm_first_token", at_ms=at_ms))
                 await self._emit(LLMTextFrame(text=again))
             else:
+                messages = self._prompt(history)
                 usage = await self._engine_answer(messages, editor, said, arrivals)
         except ENGINE_ERRORS as exc:
             error = f"llm ({self._engine.name}): {error_line(exc, ENGINE_ERROR_CHARS)}"

@@ -63,6 +63,15 @@ OVERLAP_MAX_SECS = 10  # a voice over the bot kept this long at most (a barge-in
 NO_SPEECH_PROB = 0.5  # Whisper's own no-speech threshold is 0.6 (with a low log-probability)
 
 
+def heard_words(text: str, no_speech_prob: float, short: bool) -> str:
+    """A pass's words, or "" when it heard noise: no word in it, or a ``short`` sound
+    Whisper itself calls no speech. Only a short sound can be noise: a pass over real
+    speech may come back empty."""
+    if not has_words(text) or (short and no_speech_prob >= NO_SPEECH_PROB):
+        return ""
+    return text.strip()
+
+
 class _RunningPass:
     """A pass over a snapshot: where its audio ends in the call's input, when it was ready."""
 
@@ -261,21 +270,16 @@ class StreamingWhisperSTT(FrameProcessor):
                 result: Pass = await loop.run_in_executor(
                     self._executor, self._decoder.transcribe, audio.astype(np.float32) / 32768.0
                 )
-                noise = result.no_speech_prob >= NO_SPEECH_PROB
-                text = "" if noise or not has_words(result.text) else result.text.strip()
+                # the overlap is heard at most a barge-in window long: always a short sound
+                text = heard_words(result.text, result.no_speech_prob, short=True)
             except Exception as exc:
                 logger.warning(f"{self}: overlap pass failed: {exc!r}")
         await self.push_frame(OverlapTranscriptFrame(text=text), FrameDirection.UPSTREAM)
 
     def _heard(self, utt: Utterance, result: Pass) -> str:
-        """The turn's text, or nothing when the pass heard noise: no word in it, or a short
-        sound Whisper itself calls no speech. Only a short sound can be noise: a pass over
-        real speech may come back empty."""
-        text = utt.text(result)
+        """The turn's text, or nothing when the pass heard noise (``heard_words``)."""
         short = utt.secs <= self._settings.pre_roll_ms / 1000 + NOISE_MAX_SECS
-        if not has_words(text) or (short and result.no_speech_prob >= NO_SPEECH_PROB):
-            return ""
-        return text
+        return heard_words(utt.text(result), result.no_speech_prob, short)
 
     async def _final_pass(self, utt: Utterance) -> tuple[str, float]:
         """The turn's final text and when it was ready (a failed pass: the last interim)."""

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-from pipecat.audio.vad.vad_analyzer import VADParams, VADState
+from pipecat.audio.vad.vad_analyzer import VADState
 
 from agent.audio import load_audio
 from agent.recognition.openers import only_opens
@@ -51,7 +51,7 @@ FRAME = RATE * 20 // 1000
 TAIL_SECS = 2.0
 # Silence after the stop at which Smart Turn is read (s): the default stop window, then where
 # the detector judges again.
-OFFSETS = (0.15, *REJUDGE_SECS)
+OFFSETS = (Settings().turn.vad_stop_secs, *REJUDGE_SECS)
 
 
 @dataclass
@@ -76,10 +76,7 @@ async def trace_clip(
         samples = through_phone_line(samples)
     samples = np.concatenate([samples, np.zeros(int(TAIL_SECS * RATE), np.int16)])
     t = s.turn
-    params = VADParams(confidence=t.vad_confidence, min_volume=t.vad_min_volume,
-                       start_secs=t.vad_start_secs, stop_secs=t.vad_stop_secs)  # fmt: skip
-    vad = SharedSileroVAD(models.silero, sample_rate=RATE, params=params)
-    vad.set_sample_rate(RATE)
+    vad = SharedSileroVAD.for_turns(models.silero, t, RATE)
     state = VADState.QUIET
     turn_start: int | None = None
     stops: list[tuple[int, int | None, int]] = []  # (stop sample, resume sample, turn start)

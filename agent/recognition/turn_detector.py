@@ -151,6 +151,19 @@ class SharedSileroVAD(SileroVADAnalyzer):
         self._low_confidence_windows = 0
         self.peak_confidence = 0.0
 
+    @classmethod
+    def for_turns(cls, model: SileroOnnxModel, turn: TurnSettings, rate: int) -> SharedSileroVAD:
+        """The VAD the turn settings configure, at ``rate``."""
+        params = VADParams(
+            confidence=turn.vad_confidence,
+            min_volume=turn.vad_min_volume,
+            start_secs=turn.vad_start_secs,
+            stop_secs=turn.vad_stop_secs,
+        )
+        vad = cls(model, sample_rate=rate, params=params)
+        vad.set_sample_rate(rate)
+        return vad
+
     def voice_confidence(self, buffer: bytes) -> float:
         confidence = super().voice_confidence(buffer)
         self.peak_confidence = max(self.peak_confidence, float(np.max(confidence)))
@@ -175,17 +188,7 @@ class TurnDetector(FrameProcessor):
         self._audio_clock_only = audio_clock_only or clock.compute_paced
         self._clock = clock
         self._rate = rate
-        self._vad = SharedSileroVAD(
-            models.silero,
-            sample_rate=rate,
-            params=VADParams(
-                confidence=settings.vad_confidence,
-                min_volume=settings.vad_min_volume,
-                start_secs=settings.vad_start_secs,
-                stop_secs=settings.vad_stop_secs,
-            ),
-        )
-        self._vad.set_sample_rate(rate)
+        self._vad = SharedSileroVAD.for_turns(models.silero, settings, rate)
         self._smart_turn = models.smart_turn if settings.smart_turn else None
         self._state = VADState.QUIET
         self._in_turn = False

@@ -51,7 +51,7 @@ EXAMPLES = (
         "That is annoying. Did it make you late for anything?",
     ),
 )
-RETRY_NOTE = "Please answer in new words, without repeating what either of us said."
+RETRY_NOTE = "Answer the caller again in new words, repeating nothing that was said before."
 # Said in turn, so that a call that needs the fallback twice does not hear the same words twice.
 FALLBACK_LINES = (
     "Sorry, I lost my train of thought. Could you say that again?",
@@ -243,8 +243,8 @@ class LLMSettings(BaseModel):
     )
     retry_note: str = Field(
         RETRY_NOTE,
-        description="added to the caller's words when an answer is asked again because it "
-        "had nothing new to say ('' none; the second try also samples)",
+        description="an instruction after the caller's words when an answer is asked again "
+        "because it had nothing new to say ('' none; the second try also samples)",
     )
     timeout_secs: float = Field(
         8.0, gt=0, description="an engine silent this long (first token or between tokens) failed"

@@ -108,8 +108,8 @@ async def test_an_answer_with_nothing_new_is_asked_again_and_never_spoken():
     said = await spoken(engine, messages)
     assert said == "The weather is fine today."
     first, second = (r["messages"] for r in engine.requests)
-    assert second[:-1] == first[:-1]  # the cached prefix holds: only the last message changed
-    assert second[-1]["content"] == first[-1]["content"] + " " + SETTINGS.retry_note
+    assert second[:-1] == first  # the cached prefix holds: the note comes after it
+    assert second[-1] == {"role": "system", "content": SETTINGS.retry_note}
 
 
 async def test_a_later_sentence_said_before_is_left_out():

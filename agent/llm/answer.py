@@ -188,7 +188,7 @@ class AnswerEditor:
 
     def restart(self, note: str = "") -> None:
         """A new stream follows: the sentence in progress (never released) starts over.
-        ``note``: words added to the caller's for it, which must not be read back either."""
+        ``note``: the instruction sent with it, which must not be read back either."""
         self._pending, self._released, self.skipped = "", 0, 0
         self._blocked += [b for b in map(normalise, echo_units(note)) if b]
         self._heard = f"{self._heard} {note}".strip()

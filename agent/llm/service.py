@@ -65,7 +65,8 @@ ENGINE_ERRORS = (openai.OpenAIError, TimeoutError, RuntimeError, ValueError, OSE
 ENGINE_ERROR_CHARS = ERROR_LINE_CHARS + 80
 # An answer with nothing new to say is asked again: greedy decoding would give the same
 # sentence again, so the second try samples (seeded: reproducible), with llm.retry_note
-# added to the caller's words.
+# after the caller's words, as an instruction of its own (added to the caller's words, it
+# was read as the caller's and answered: "Here are some new words you can use: one.").
 RETRY_TEMPERATURE = 0.7
 
 
@@ -285,9 +286,8 @@ class StreamingLLM(FrameProcessor):
         nothing new, the fallback line when the second try had nothing new either."""
         verdict, usage = await self._stream_edited(messages, editor, arrivals)
         if verdict is Verdict.REGENERATE:
-            last = messages[-1]
-            note = f" {self._settings.retry_note}" if self._settings.retry_note else ""
-            retry = [*messages[:-1], {**last, "content": last["content"] + note}]
+            note = self._settings.retry_note
+            retry = [*messages, {"role": "system", "content": note}] if note else messages
             editor.restart(note)
             temperature = max(RETRY_TEMPERATURE, self._settings.temperature)
             sampling = replace(self._sampling, temperature=temperature)

@@ -7,7 +7,8 @@ per second of audio. Interim gaps count only while the caller speaks: a gap that
 VAD pause is not one. Baseline in the same run: faster-whisper's own offline
 ``transcribe()`` of each whole file with the same model (its defaults: beam 5, 30 s window).
 
-    .venv/bin/python -m benchmarks.stt [--rounds 3] [--interval-ms N] [--out FILE]
+    .venv/bin/python -m benchmarks.stt [--rounds 3] [--interval-ms N] [--asr-model NAME] \
+        [--out FILE]
 """
 
 from __future__ import annotations
@@ -66,8 +67,11 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("runs/bench_stt.json"))
     parser.add_argument("--interval-ms", type=int, help="asr.interim_interval_ms to try")
+    parser.add_argument("--asr-model", help="asr.model to try (a default name or a folder)")
     args = parser.parse_args()
     settings = Settings()
+    if args.asr_model:
+        settings.asr.model = args.asr_model
     if args.interval_ms:
         settings.asr.interim_interval_ms = args.interval_ms
     model_dir = model_store.resolve(settings.asr.model, "asr", settings.models_dir)

@@ -275,12 +275,15 @@ class LLMSettings(BaseModel):
     @model_validator(mode="after")
     def _name_the_bot(self) -> LLMSettings:
         """Put the bot's name in the persona texts once, so every request sends the same bytes."""
+
+        def named(text: str) -> str:
+            return text.replace("{bot_name}", self.bot_name)
+
         for name in ("system_prompt", "greeting"):
-            object.__setattr__(self, name, getattr(self, name).replace("{bot_name}", self.bot_name))
-        named = [line.replace("{bot_name}", self.bot_name) for line in self.fallback_lines]
-        object.__setattr__(self, "fallback_lines", named)
-        for example in self.examples:
-            example.answer = example.answer.replace("{bot_name}", self.bot_name)
+            object.__setattr__(self, name, named(getattr(self, name)))
+        object.__setattr__(self, "fallback_lines", [named(x) for x in self.fallback_lines])
+        examples = [Example(caller=named(e.caller), answer=named(e.answer)) for e in self.examples]
+        object.__setattr__(self, "examples", examples)
         return self
 
     @property

@@ -43,7 +43,6 @@ from agent.synthesis.chunker import PhraseChunker
 CONVERSATIONS = Path(__file__).resolve().parents[1] / "tests" / "data" / "conversations.yaml"
 ANSWER_TIMEOUT_SECS = 60.0
 CALL_START_SECS = 1.0  # no caller speaks sooner after the call starts
-DEFAULT_LLM = LLMSettings()
 
 
 @dataclass
@@ -130,7 +129,7 @@ def judged(
     answer: str,
     earlier: list[str],
     bot_name: str,
-    fallback_lines: list[str] = DEFAULT_LLM.fallback_lines,
+    fallback_lines: list[str],
     **timing: Any,
 ) -> TurnResult:
     """One answer judged: its checks, and whether it repeats an earlier answer (unasked),

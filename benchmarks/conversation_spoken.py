@@ -29,7 +29,7 @@ from agent.evaluation.manifest import load_manifest
 from agent.evaluation.run import evaluate
 from agent.pipeline import AgentModels, llm_engine
 from agent.replay import paced_settings
-from agent.settings import Settings
+from agent.settings import LLMSettings, Settings
 from agent.synthesis.piper_tts import PiperVoiceModel
 from agent.timing.budget import load_budget, load_eval_limits, rounded_percentile
 from benchmarks import conversation_set as cs
@@ -58,13 +58,20 @@ def synthesise(conversation: Conversation, voice: PiperVoiceModel, folder: Path,
     return manifest
 
 
-def graded(conversation: Conversation, report: dict[str, Any], bot_name: str) -> list[TurnResult]:
+def graded(
+    conversation: Conversation, report: dict[str, Any], persona: LLMSettings
+) -> list[TurnResult]:
     """The eval's answers, one per caller turn, judged as the text run judges them."""
     results: list[TurnResult] = []
     for i, (turn, clip) in enumerate(zip(conversation.turns, report["clips"], strict=True), 1):
         answer = " ".join(a for a in clip["answers"] if a.strip())
         earlier = [r.answer for r in results]
-        results.append(cs.judged(conversation.name, i, turn, answer, earlier, bot_name))
+        results.append(
+            cs.judged(
+                conversation.name, i, turn, answer, earlier, persona.bot_name,
+                persona.fallback_lines,
+            )
+        )  # fmt: skip
     return results
 
 
@@ -94,7 +101,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 load_manifest(manifests[c.name]), args.out / c.name, settings=settings,
                 models=models, engine=engine, budget=budget, limits=limits, pace=args.pace,
             )  # fmt: skip
-            results += graded(c, report, settings.llm.bot_name)
+            results += graded(c, report, settings.llm)
             v2v += [x["voice_to_voice_ms"] for x in report["clips"] if x["voice_to_voice_ms"]]
             errors += sum(x["streaming_errors"] for x in report["clips"])
             words += sum(x["reference_words"] for x in report["clips"])

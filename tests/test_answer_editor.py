@@ -238,7 +238,7 @@ def test_the_persona_comes_from_the_config_file(tmp_path):
         "  greeting: Hotel Aurora, {bot_name} speaking.\n"
         "  fallback_line: Sorry, could you repeat that?\n"
         "  examples:\n"
-        "    - caller: I'd like a room for Friday.\n"
+        "    - caller: Hi {bot_name}, I'd like a room for Friday.\n"
         "      answer: Please call {bot_name} at the desk on 555 0100.\n"
     )
     s = load_settings(config).llm
@@ -246,7 +246,7 @@ def test_the_persona_comes_from_the_config_file(tmp_path):
     assert s.greeting == "Hotel Aurora, Juno speaking."
     assert s.fallback_lines == ["Sorry, could you repeat that?"]  # one line is a list of one
     assert s.opening[1:] == [
-        {"role": "user", "content": "I'd like a room for Friday."},
+        {"role": "user", "content": "Hi Juno, I'd like a room for Friday."},
         {"role": "assistant", "content": "Please call Juno at the desk on 555 0100."},
     ]
     config.write_text('llm:\n  fallback_lines: ["Say again, {bot_name}?", "Pardon?"]\n')

@@ -18,10 +18,12 @@ class ClipStartedFrame(SystemFrame):
 @dataclass
 class TurnEndReasonFrame(SystemFrame):
     """Why the turn detector ended a turn: the signal (smart_turn, smart_turn_and_text,
-    max_silence) and its value (a probability, or the silence in seconds)."""
+    max_silence) and its value (a probability, or the silence in seconds); ``words``: the
+    LLM's probability that the caller's message ended there (None: not asked)."""
 
     reason: str = ""
     value: float = 0.0
+    words: float | None = None
 
 
 @dataclass
@@ -123,6 +125,16 @@ class SpeculativeTurnFrame(SystemFrame):
     """To the LLM stage: the messages the turn will have if the pause transcript is final."""
 
     messages: list = field(default_factory=list)
+
+
+@dataclass
+class EndOfMessageFrame(SystemFrame):
+    """Upstream, from the LLM stage to turn detection: the model's probability that the
+    caller's message (``text``, which ends with the pause transcript) ends after its words
+    (None: the engine cannot tell, or failed)."""
+
+    probability: float | None = None
+    text: str = ""
 
 
 @dataclass

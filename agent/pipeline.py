@@ -116,7 +116,7 @@ def build_pipeline(
     return Pipeline(
         [
             transport_in,
-            TurnDetector(settings.turn, models.turn, clock, rate=rate),
+            TurnDetector(settings.turn, models.turn, clock, rate=rate, words_judged=True),
             StreamingWhisperSTT(models.decoder, settings.asr, clock, rate=rate),
             UserTurnAggregator(context),
             StreamingLLM(engine, settings.llm, clock, greet=greeting),

@@ -155,6 +155,15 @@ class TurnSettings(BaseModel):
         le=1,
         description="how far the bar drops when recognition's words so far end a sentence",
     )
+    words_unfinished_below: float | None = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description="the LLM's probability that the caller's message ends after their words "
+        "so far (its end-of-message token or a closing mark next, judged at each pause), "
+        "under which words of two or more end no turn before patience_secs; None: not asked "
+        "(benchmarks/eot_sweep.py)",
+    )
     phone_smart_turn_lean: float | None = Field(
         None,
         ge=0,

@@ -5,8 +5,11 @@ by frame, then ``TAIL_SECS`` of silence. At each stop (the VAD's first silent wi
 speech, where the turn detector asks Smart Turn) Smart Turn's probability is read over the
 last 8 s at the stop and at each offset of ``OFFSETS`` while the silence lasts, and the
 turn's words so far come from one pass of the agent's decoder over the turn's audio up to the
-stop (what recognition's pause pass reads). A stop followed by speech in the same clip is a
-mid-turn pause (the VAD's resumption ends it); the clip's last stop is its true end.
+stop (what recognition's pause pass reads), and the default LLM's probability that a
+caller's message ends after those words (``InProcessLlama.end_of_message`` after the
+persona's opening, what the LLM stage sends the detector at a pause). A stop followed by
+speech in the same clip is a mid-turn pause (the VAD's resumption ends it); the clip's last
+stop is its true end.
 
 A policy maps one stop's trace to the silence after which it ends the turn (None: the
 silence fallback, ``max_silence_secs``). Per policy and setting: mid-turn pauses cut (and
@@ -30,8 +33,9 @@ from pathlib import Path
 import numpy as np
 from pipecat.audio.vad.vad_analyzer import VADState
 
+from agent import model_store
 from agent.audio import load_audio
-from agent.recognition.openers import only_opens
+from agent.llm.engines import InProcessLlama
 from agent.recognition.turn_detector import (
     REJUDGE_SECS,
     SMART_TURN_MAX_SECS,
@@ -66,6 +70,7 @@ class Stop:
     text: str  # the turn's words up to the stop
     p_at_stop: float  # Smart Turn at the stop
     p: dict[float, float] = field(default_factory=dict)  # offset -> Smart Turn
+    words: float | None = None  # the LLM: P(the message ends after ``text``)
 
 
 async def trace_clip(
@@ -131,6 +136,23 @@ def trace(sets: list[str], line: str, settings: Settings) -> list[Stop]:
     return stops
 
 
+def judge_words(stops: list[Stop], settings: Settings) -> None:
+    """The LLM's end-of-message probability for each stop's words not yet judged."""
+    todo = [s for s in stops if s.words is None and s.text.strip()]
+    if not todo:
+        return
+    gguf = model_store.resolve(settings.llm.model, "llm", settings.models_dir)
+    engine = InProcessLlama(gguf, settings.llm)
+
+    async def judge() -> None:
+        for stop in todo:
+            messages = [*settings.llm.opening, {"role": "user", "content": stop.text}]
+            words = await engine.end_of_message(messages)
+            stop.words = None if words is None else round(words, 4)
+
+    asyncio.run(judge())
+
+
 # -- policies: a stop's trace -> the silence (s) after which the turn ends, None = fallback --
 
 Policy = Callable[[Stop], float | None]
@@ -158,13 +180,20 @@ def text_only(stop_secs: float) -> Policy:
     return lambda stop: stop_secs if ends_sentence(stop.text) else None
 
 
+def words_only(stop_secs: float, at_least: float) -> Policy:
+    """The LLM's end-of-message probability alone, at the stop window."""
+    return lambda stop: stop_secs if (stop.words or 0.0) >= at_least else None
+
+
 def adaptive(policy: EndOfTurnPolicy) -> Policy:
     """The shipped detector's rule (agent.recognition.turn_detector.EndOfTurnPolicy)."""
 
     def decide(stop: Stop) -> float | None:
         for offset in (o for o in OFFSETS if o in stop.p):
             p = max(stop.p[offset], stop.p_at_stop) if offset == OFFSETS[0] else stop.p[offset]
-            if policy.ends(p, offset, ends_sentence(stop.text), only_opens(stop.text)):
+            unfinished = policy.unfinished(stop.text, stop.words)
+            sentence = not unfinished and ends_sentence(stop.text)
+            if policy.ends(p, offset, sentence, unfinished):
                 return offset
         return None
 
@@ -181,6 +210,7 @@ def grade(stops: list[Stop], decide: Policy, max_silence: float) -> dict:
     ends = [s for s in stops if not s.mid]
     cut = [s for s in mids if (d := decide(s)) is not None and d < s.silence_s]
     cut += [s for s in mids if decide(s) is None and max_silence < s.silence_s]
+    in_pauses = [s for s in mids if s.clip.startswith("pauses/")]
     delays, fallbacks = [], 0
     for s in ends:
         d = decide(s)
@@ -190,6 +220,7 @@ def grade(stops: list[Stop], decide: Policy, max_silence: float) -> dict:
     clips = {s.clip for s in stops if s.mid}
     return {
         "pauses_cut": len(cut), "pauses": len(mids),
+        "pauses_set_cut": sum(s in cut for s in in_pauses), "pauses_set": len(in_pauses),
         "clips_cut": len({s.clip for s in cut}), "clips_with_pauses": len(clips),
         "ends": len(ends), "fallbacks": fallbacks,
         "endpointing_p50_ms": rounded_percentile(delays, 50),
@@ -199,10 +230,12 @@ def grade(stops: list[Stop], decide: Policy, max_silence: float) -> dict:
 
 # The rule before the adaptive bar: Smart Turn 0.5, or this with a full stop (phone: 0.05).
 BEFORE_LEAN = {"wide": 0.3, "phone": 0.05}
+BARS = ((0.5, 0.3), (0.7, 0.5), (0.9, 0.7), (0.97, 0.8), (0.99, 0.9))
 
 
 def policies(settings: Settings, line: str) -> dict[str, list[tuple[str, Policy]]]:
     shipped = EndOfTurnPolicy.from_settings(settings.turn)
+    punctuation = replace(shipped, unfinished_below=None)
     lean = BEFORE_LEAN[line]
     return {
         "VAD only": [(f"silence {x} s", vad_only(x)) for x in (0.3, 0.45, 0.6, 0.75, 0.9, 1.2)],
@@ -213,9 +246,20 @@ def policies(settings: Settings, line: str) -> dict[str, list[tuple[str, Policy]
             (f"stop {x} s", smart_turn_at(x, lean=lean)) for x in (0.15, 0.25, 0.35, 0.45, 0.6)
         ],
         "text alone (punctuation)": [(f"stop {x} s", text_only(x)) for x in (0.15, 0.35, 0.6, 0.9)],
-        "adaptive bar (default 0.9 -> 0.7)": [
+        "words alone (LLM)": [
+            (f"P(end) >= {x}", words_only(0.15, x)) for x in (0.05, 0.1, 0.2, 0.3, 0.5)
+        ],
+        "adaptive bar (before: no LLM)": [
+            (f"bar {sure} -> {lean}", adaptive(replace(punctuation, sure=sure, lean=lean)))
+            for sure, lean in BARS
+        ],
+        "adaptive bar + LLM words (default)": [
             (f"bar {sure} -> {lean}", adaptive(replace(shipped, sure=sure, lean=lean)))
-            for sure, lean in ((0.5, 0.3), (0.7, 0.5), (0.9, 0.7), (0.97, 0.8), (0.99, 0.9))
+            for sure, lean in BARS
+        ],
+        "default bar, LLM words under": [
+            (f"P(end) < {x}", adaptive(replace(shipped, unfinished_below=x)))
+            for x in (0.02, 0.05, 0.1, 0.2, 0.3)
         ],
     }
 
@@ -258,16 +302,19 @@ def main() -> None:
         stops = [Stop(**{**r, "p": {float(k): v for k, v in r["p"].items()}}) for r in raw]
     else:
         stops = trace(args.sets, args.line, settings)
+    judge_words(stops, settings)
     rows = []
     print(f"{sum(s.mid for s in stops)} mid-turn pauses, {sum(not s.mid for s in stops)} ends")
-    print(f"{'policy':36} {'setting':16} {'cut':>8} {'clips':>6} {'p50':>6} {'p95':>6} {'fb':>4}")
+    print(f"{'policy':36} {'setting':16} {'cut':>8} {'clips':>6} {'pauses/':>8} {'p50':>6} "
+          f"{'p95':>6} {'fb':>4}")  # fmt: skip
     for family, settings_list in policies(settings, args.line).items():
         for label, decide in settings_list:
             r = {"policy": family, "setting": label,
                  **grade(stops, decide, settings.turn.max_silence_secs)}  # fmt: skip
             rows.append(r)
             print(f"{family:36} {label:16} {r['pauses_cut']:>3}/{r['pauses']:<4} "
-                  f"{r['clips_cut']:>6} {r['endpointing_p50_ms']:>6} "
+                  f"{r['clips_cut']:>6} {r['pauses_set_cut']:>4}/{r['pauses_set']:<3} "
+                  f"{r['endpointing_p50_ms']:>6} "
                   f"{r['endpointing_p95_ms']:>6} {r['fallbacks']:>4}")  # fmt: skip
     if args.out:
         write_json(args.out, {"sets": args.sets, "line": args.line, "rows": rows,

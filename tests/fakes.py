@@ -32,7 +32,8 @@ class ScriptedEngine:
     """A chat engine that answers every request with the same tokens, at a set pace.
 
     It records what it was asked, how many tokens it decoded and when it was paused;
-    ``fail_after`` tokens into an answer it raises, as a dropped connection would.
+    ``fail_after`` tokens into an answer it raises, as a dropped connection would;
+    ``end_probability`` is its verdict on every message's words.
     """
 
     name = "scripted"
@@ -45,8 +46,10 @@ class ScriptedEngine:
         first_token_secs: float = 0.0,
         token_secs: float = 0.0,
         fail_after: int | None = None,
+        end_probability: float | None = None,
     ) -> None:
         self.tokens = list(tokens)
+        self.end_probability = end_probability
         self.first_token_secs = first_token_secs
         self.token_secs = token_secs
         self.fail_after = fail_after
@@ -79,6 +82,9 @@ class ScriptedEngine:
 
     def pause_decoding(self, paused: bool) -> None:
         self.paused = paused
+
+    async def end_of_message(self, messages: list[dict[str, Any]]) -> float | None:
+        return self.end_probability
 
 
 class ScriptedVoice:

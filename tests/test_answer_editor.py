@@ -59,6 +59,9 @@ class ScriptedEngine:
     def pause_decoding(self, paused: bool) -> None:
         pass
 
+    async def end_of_message(self, messages: list[dict[str, Any]]) -> float | None:
+        return None
+
 
 SETTINGS = LLMSettings(keepalive_secs=0)
 

@@ -12,12 +12,16 @@ import pytest
 import soundfile as sf
 from pipecat.frames.frames import Frame
 from pipecat.pipeline.pipeline import Pipeline
+from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from agent import model_store
 from agent.audio import load_audio
 from agent.clock import CallRecorder, clock_for
 from agent.frames import TurnEndReasonFrame
+from agent.llm.context import UserTurnAggregator
+from agent.llm.engines import InProcessLlama
+from agent.llm.service import StreamingLLM
 from agent.pipeline import run_pipeline
 from agent.recognition.openers import only_opens
 from agent.recognition.streaming_stt import StreamingWhisperSTT
@@ -41,49 +45,78 @@ def test_the_bar_falls_as_the_silence_grows_and_a_sentence_lowers_it():
     assert policy.ends(0.8, patience, sentence=False) and not policy.ends(0.8, stop, False)
 
 
-def test_openers_alone_end_nothing_before_the_patience_silence():
+def test_unfinished_words_end_nothing_before_the_patience_silence():
     policy = EndOfTurnPolicy.from_settings(Settings().turn)
-    assert not policy.ends(0.99, policy.patience - 0.01, sentence=True, opener=True)
-    assert policy.ends(policy.lean, policy.patience, sentence=True, opener=True)
+    assert not policy.ends(0.99, policy.patience - 0.01, sentence=True, unfinished=True)
+    assert policy.ends(policy.lean, policy.patience, sentence=True, unfinished=True)
     assert only_opens("Hi there.") and only_opens("Okay, so") and only_opens("Thank you.")
     assert not any(map(only_opens, ["Yes.", "No.", "Stop.", "Hi, what's the time?", "Bye."]))
+    assert policy.unfinished("Hi there.", words_end=None)  # openers, whatever the LLM says
+
+
+def test_the_llms_verdict_makes_two_words_or_more_unfinished():
+    """Under ``words_unfinished_below`` the words go on; a single word is exempt (asked
+    without its question, the model sees "Three." as unfinished), and no verdict decides
+    nothing."""
+    policy = EndOfTurnPolicy.from_settings(Settings().turn)
+    below = policy.unfinished_below
+    assert below is not None
+    assert policy.unfinished("The difference in the rainbow", words_end=below / 2)
+    assert not policy.unfinished("The difference in the rainbow", words_end=below * 2)
+    assert not policy.unfinished("Three.", words_end=0.0)
+    assert not policy.unfinished("The difference in the rainbow", words_end=None)
+    off = EndOfTurnPolicy.from_settings(Settings().turn.model_copy(
+        update={"words_unfinished_below": None}))  # fmt: skip
+    assert not off.unfinished("The difference in the rainbow", words_end=0.0)
 
 
 class ReasonCollector(FrameProcessor):
     """Records why each turn ended."""
 
-    def __init__(self, reasons: list[str]) -> None:
+    def __init__(self, ends: list[TurnEndReasonFrame]) -> None:
         super().__init__()
-        self._reasons = reasons
+        self._ends = ends
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
         if isinstance(frame, TurnEndReasonFrame):
-            self._reasons.append(frame.reason)
+            self._ends.append(frame)
         await self.push_frame(frame, direction)
 
 
-def heard(clip: str, pace: str = "compute") -> tuple[list[str], list[str]]:
-    """A corpus clip through the turn detector and recognition (compute pace unless asked):
-    the finals and why each turn ended."""
+def heard(
+    clip: str, pace: str = "compute", *, words: bool = False
+) -> tuple[list[str], list[TurnEndReasonFrame]]:
+    """A corpus clip through the turn detector and recognition (compute pace unless asked),
+    and with ``words`` the conversation's LLM stage (the default model, in process), which
+    judges the words at each pause: the finals and why each turn ended."""
     settings = Settings()
     path = model_store.resolve(settings.asr.model, "asr", settings.models_dir)
     decoder = WhisperDecoder(path, compute_type="int8", threads=2, language="en")
     clock = clock_for(pace)
     events: list[TranscriptEvent] = []
-    reasons: list[str] = []
+    ends: list[TurnEndReasonFrame] = []
     turn = ReplayTurn(clip, load_audio(CORPUS / clip, RATE))
+    llm = []
+    if words:
+        gguf = model_store.resolve(settings.llm.model, "llm", settings.models_dir)
+        llm_settings = settings.llm.model_copy(update={"keepalive_secs": 0})
+        llm = [
+            UserTurnAggregator(LLMContext()),
+            StreamingLLM(InProcessLlama(gguf, llm_settings), llm_settings, clock),
+        ]
     pipeline = Pipeline(
         [
             ReplayInput([turn], clock, CallRecorder(RATE), rate=RATE, answer_timeout_secs=5),
-            TurnDetector(settings.turn, TurnModels.load(), clock, rate=RATE),
+            TurnDetector(settings.turn, TurnModels.load(), clock, rate=RATE, words_judged=words),
             StreamingWhisperSTT(decoder, settings.asr, clock, rate=RATE),
-            ReasonCollector(reasons),
+            *llm,
+            ReasonCollector(ends),
             TranscriptCollector(clip, clock, events),
         ]
     )
     asyncio.run(run_pipeline(pipeline, rate=RATE))
-    return [e.text for e in events if e.kind == "final"], reasons
+    return [e.text for e in events if e.kind == "final"], ends
 
 
 needs_corpus = pytest.mark.skipif(not CORPUS.exists(), reason="needs ../shared/corpus")
@@ -101,6 +134,21 @@ def test_a_pause_after_a_sentence_the_caller_goes_on_from_does_not_end_the_turn(
 
 @pytest.mark.slow
 @needs_corpus
+def test_words_the_llm_hears_going_on_keep_the_turn_open():
+    """ "If the red of the second bow falls upon the green of the first, [0.44 s] the result
+    is ...": Smart Turn scores the pause 0.94-0.95 (a finished turn) and recognition ends
+    the words with a full stop, so the detector alone ends the turn there; the LLM's
+    probability that the message ends after those words is about 0.003, far under the bar,
+    so with it the turn goes on."""
+    finals, ends = heard("pauses/vctk_p225_023.wav", words=True)
+    assert len(finals) == 1 and "result" in finals[0].lower(), finals
+    assert ends[-1].words is not None, ends
+    alone, _ = heard("pauses/vctk_p225_023.wav")
+    assert len(alone) >= 2 and "result" not in alone[0].lower(), alone
+
+
+@pytest.mark.slow
+@needs_corpus
 @pytest.mark.parametrize(
     "clip", ["main/vctk_p232_004.wav", "pauses/vctk_p225_021.wav"], ids=lambda c: c.split("/")[1]
 )
@@ -109,8 +157,9 @@ def test_a_finished_sentence_ends_the_turn_without_the_silence_fallback(clip):
     finished a moment later (0.74 at 0.45 s, 0.93 at 0.25 s): the judgements during the
     silence end them (the first waited for the 1.5 s fallback when Smart Turn judged only at
     the stop)."""
-    finals, reasons = heard(clip)
-    assert finals and reasons[-1] != "max_silence", (finals, reasons)
+    for words in (False, True):
+        finals, ends = heard(clip, words=words)
+        assert finals and ends[-1].reason != "max_silence", (words, finals, ends)
 
 
 @pytest.mark.slow
@@ -118,8 +167,8 @@ def test_a_finished_sentence_ends_the_turn_without_the_silence_fallback(clip):
 def test_the_judgements_during_the_silence_run_at_real_time_too():
     """Live, the wall-clock fallback waits beside the judgements, not in front of them (it
     once held the decision task, so at real time no judgement came after the stop window)."""
-    finals, reasons = heard("main/vctk_p232_004.wav", pace="realtime")
-    assert finals and reasons[-1] != "max_silence", (finals, reasons)
+    finals, ends = heard("main/vctk_p232_004.wav", pace="realtime")
+    assert finals and ends[-1].reason != "max_silence", (finals, ends)
 
 
 @pytest.mark.slow
@@ -134,6 +183,6 @@ def test_a_greeting_before_the_question_does_not_end_the_turn(tmp_path: Path):
     silence = np.zeros(RATE // 2, dtype=np.int16)
     speech = voice.synthesize("Hi there, how are you today?", RATE)
     sf.write(tmp_path / "hi.wav", np.concatenate([silence, speech, silence]), RATE)
-    finals, reasons = heard(str(tmp_path / "hi.wav"))
-    assert len(finals) == len(reasons) == 1, (finals, reasons)
+    finals, ends = heard(str(tmp_path / "hi.wav"))
+    assert len(finals) == len(ends) == 1, (finals, ends)
     assert "hi" in finals[0].lower() and "today" in finals[0].lower(), finals

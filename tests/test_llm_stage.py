@@ -109,6 +109,24 @@ class InterruptAtFirstToken(FrameProcessor):
             await self.broadcast_interruption()
 
 
+async def test_the_default_model_hears_words_stopped_midway_as_going_on(inprocess, settings):
+    """The end-of-turn signal from the words: recognition's full stop after a clause the
+    caller left hanging does not fool it (judged without closing punctuation), and a
+    finished question scores well over the bar (0.002 and 0.13 against 0.05 here: margins
+    no CPU's arithmetic closes)."""
+    s, below = settings.llm, settings.turn.words_unfinished_below
+    assert below is not None
+
+    async def ends(text: str) -> float | None:
+        return await inprocess.end_of_message([*s.opening, {"role": "user", "content": text}])
+
+    going_on = await ends("If the red of the second bow falls upon the green of the first.")
+    finished = await ends("What time is it?")
+    assert going_on is not None and finished is not None
+    assert going_on < below / 3 and finished > below * 2, (going_on, finished)
+    assert await ends("...") is None  # no words: no verdict
+
+
 async def test_interruption_stops_decoding_at_once(inprocess, settings):
     long = settings.llm.model_copy(
         update={"keepalive_secs": 0, "max_tokens": 200, "max_sentences": 50}
@@ -396,6 +414,25 @@ async def test_a_speculative_answer_is_held_then_released_whole(settings):
     assert len(engine.requests) == 1  # the confirmed turn did not ask again
     (usage,) = [f for f in down if isinstance(f, af.LLMUsageFrame)]
     assert usage.speculative and usage.speculation_misses == 0
+
+
+@pytest.mark.parametrize("speculate", [True, False], ids=["speculating", "not speculating"])
+async def test_a_pause_transcript_gets_the_engines_verdict_on_its_words(settings, speculate):
+    """Upstream to turn detection, with the words it judged; then (when speculating) the
+    answer those words would get, held."""
+    engine = ScriptedEngine(end_probability=0.01)
+    ask = context("The difference in the rainbow")
+    down, up = await run_test(
+        scripted_llm(engine, settings, speculate=speculate),
+        frames_to_send=[
+            af.SpeculativeTurnFrame(messages=list(ask.messages)),
+            SleepFrame(sleep=0.05),
+        ],
+    )
+    (verdict,) = [f for f in up if isinstance(f, af.EndOfMessageFrame)]
+    assert verdict.probability == 0.01 and verdict.text == "The difference in the rainbow"
+    assert len(engine.requests) == (1 if speculate else 0)
+    assert not any(isinstance(f, pf.LLMTextFrame) for f in down)  # held, or never asked
 
 
 async def test_the_caller_going_on_drops_the_speculation_and_counts_a_miss(settings):

@@ -4,11 +4,15 @@ Both stream the OpenAI chat schema's content deltas and end with a ``Usage``. St
 iteration (an interruption) stops decoding: the HTTP stream is closed, or the in-process
 generator is abandoned at the next token. ``prefill`` takes the turn so far (the caller's
 words while they still speak) so that at the turn's end only its last words are prefilled.
+``end_of_message`` is the model's probability that the caller's message ends where the words
+so far end: an end-of-turn signal from the words, at the cost of the prefill that the answer
+needs anyway.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
@@ -16,11 +20,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 import openai
 
 from agent.settings import LLMSettings
 
 MAX_PAUSE_SECS = 0.5
+# What a message's words may end with when the caller is done: recognition punctuates every
+# pause, so the words are judged without it and these tokens (with the template's end of
+# message) count as "it ends here".
+CLOSING_MARKS = frozenset({".", "?", "!", "...", "…", "?!", "!?", '."', '?"', '!"'})
+TRAILING_PUNCTUATION = re.compile(r"[\s.,;:!?…\"']+$")
+
+
+def unpunctuated(text: str) -> str:
+    """The words without the punctuation recognition put after the last one."""
+    return TRAILING_PUNCTUATION.sub("", text.strip())
 
 
 @dataclass
@@ -75,6 +90,9 @@ class ChatEngine(Protocol):
 
     def pause_decoding(self, paused: bool) -> None:
         """Stop (or go on) decoding between tokens, leaving the CPU to a critical stage."""
+
+    async def end_of_message(self, messages: list[dict[str, Any]]) -> float | None:
+        """P(the last message ends after its words so far); None: the engine cannot tell."""
 
 
 class OpenAIChatEngine:
@@ -138,6 +156,10 @@ class OpenAIChatEngine:
     def pause_decoding(self, paused: bool) -> None:
         """Nothing: a server decodes in its own process, out of our hands."""
 
+    async def end_of_message(self, messages: list[dict[str, Any]]) -> float | None:
+        """None: the chat schema returns no probabilities for an unfinished message."""
+        return None
+
 
 class InProcessLlama:
     """llama.cpp inside the agent process: no HTTP hop, and it counts its cached prefix.
@@ -177,6 +199,7 @@ class InProcessLlama:
         self._decoding = threading.Event()  # cleared: decoding waits (pause_decoding)
         self._decoding.set()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
+        self._closing = self._closing_tokens()
         # Load the weights into memory and prefill the static opening before any call.
         warmup = [*settings.opening, {"role": "user", "content": "Hello."}]
         self._generate(warmup, 1, GREEDY, lambda _: None, threading.Event())
@@ -193,6 +216,20 @@ class InProcessLlama:
         add_bos = not formatted.added_special
         return self.llm.tokenize(prompt.encode("utf-8"), add_bos=add_bos, special=True)
 
+    def _closing_tokens(self) -> np.ndarray:
+        """The tokens that may follow a finished message's words: closing marks, the end of
+        the model's text, and what the chat template puts after a message."""
+        closing = {self.llm.token_eos()}
+        probe = [{"role": "user", "content": "Hello"}]
+        whole, words = self._tokens(probe), self._tokens(probe, open_end=True)
+        if len(whole) > len(words) and whole[: len(words)] == words:
+            closing.add(whole[len(words)])
+        for token in range(self.llm.n_vocab()):
+            piece = self.llm.detokenize([token]).decode("utf-8", errors="ignore").strip()
+            if piece in CLOSING_MARKS:
+                closing.add(token)
+        return np.array(sorted(closing))
+
     def _cached(self, tokens: list[int]) -> int:
         """How many leading tokens of ``tokens`` the KV cache already holds."""
         return self.llm.longest_token_prefix(self.llm._input_ids, tokens)
@@ -208,6 +245,25 @@ class InProcessLlama:
     async def prefill(self, messages: list[dict[str, Any]]) -> None:
         """Prefill on the generation thread, so a turn's request finds it done or waits."""
         await asyncio.get_running_loop().run_in_executor(self._executor, self._prefill, messages)
+
+    def _end_of_message(self, messages: list[dict[str, Any]]) -> float | None:
+        words = unpunctuated(str(messages[-1].get("content") or ""))
+        if not words:
+            return None
+        tokens = self._tokens([*messages[:-1], {**messages[-1], "content": words}], open_end=True)
+        if len(tokens) >= self.llm.n_ctx() - self._reserve:
+            return None
+        # The last token is evaluated again even when cached: its logits are what is read.
+        self.llm.n_tokens = min(self._cached(tokens), len(tokens) - 1)
+        self.llm.eval(tokens[self.llm.n_tokens :])
+        logits = np.ctypeslib.as_array(self.llm._ctx.get_logits(), shape=(self.llm.n_vocab(),))
+        p = np.exp(logits.astype(np.float64) - logits.max())
+        return float(p[self._closing].sum() / p.sum())
+
+    async def end_of_message(self, messages: list[dict[str, Any]]) -> float | None:
+        """On the generation thread, like a prefill: the answer then finds the words cached."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._end_of_message, messages)
 
     def pause_decoding(self, paused: bool) -> None:
         """Between two tokens, wait (at most ``MAX_PAUSE_SECS``, so a lost resume cannot

@@ -139,6 +139,9 @@ class FailoverEngine:
     def pause_decoding(self, paused: bool) -> None:
         self.primary.pause_decoding(paused)
 
+    async def end_of_message(self, messages: list[dict[str, Any]]) -> float | None:
+        return await self.primary.end_of_message(messages)
+
     def close(self) -> None:
         self._executor.shutdown(wait=True)
 

@@ -19,6 +19,8 @@ the answer at once, its frames held back. When the turn's real context matches, 
 released (a hit: the LLM's time to first token overlapped endpointing; meanwhile
 ``HeldAnswerTextFrame`` lets synthesis prepare the first phrase); when it differs or the
 caller speaks again, the answer is dropped (a miss, counted in the next turn's record).
+Before it starts, the engine's probability that the caller's message ends after those words
+goes upstream (``EndOfMessageFrame``) for turn detection: the same prefill the answer needs.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from agent.clock import CallClock
 from agent.errors import ERROR_LINE_CHARS, error_line
 from agent.frames import (
+    EndOfMessageFrame,
     FirstPhraseSynthesisFrame,
     HeldAnswerTextFrame,
     LLMUsageFrame,
@@ -108,11 +111,12 @@ class StreamingLLM(FrameProcessor):
         if isinstance(frame, SpeculativeTurnFrame | LLMContextFrame):
             self._partial = None  # the turn is asked for: its request prefills the rest
         if isinstance(frame, SpeculativeTurnFrame):
-            if self._settings.speculate:
-                await self._drop_speculation()
-                await self._cancel()
+            await self._drop_speculation()
+            await self._cancel()
+            speculate = self._settings.speculate
+            if speculate:
                 self._speculated, self._held = frame.messages, []
-                self._task = self.create_task(self._answer(frame.messages, speculative=True))
+            self._task = self.create_task(self._speculate(frame.messages, speculate))
             return
         if isinstance(frame, LLMContextFrame):
             messages = list(frame.context.get_messages())
@@ -221,6 +225,22 @@ class StreamingLLM(FrameProcessor):
             idle = self._clock.now_ms() / 1000 - self._last_request
             if idle >= self._settings.keepalive_secs and self._task is None:
                 await self._complete_quietly()
+
+    async def _speculate(self, history: list[dict], answer: bool) -> None:
+        """At a pause: whether the words end the caller's message, then (``answer``) the
+        answer they would get."""
+        with self._clock.busy():
+            try:
+                probability = await self._engine.end_of_message(self._prompt(history))
+            except ENGINE_ERRORS:
+                probability = None  # the turn's own request reports a failing engine
+            text = str(history[-1].get("content") or "")
+            frame = EndOfMessageFrame(probability=probability, text=text)
+            await self.push_frame(frame, FrameDirection.UPSTREAM)
+        if answer:
+            await self._answer(history, speculative=True)
+        else:
+            self._task = None
 
     async def _answer(self, history: list[dict], speculative: bool = False) -> None:
         try:

@@ -49,6 +49,7 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from agent.audio import RecentAudio
 from agent.clock import CallClock
 from agent.frames import (
+    EndOfMessageFrame,
     HoldBotAudioFrame,
     OverlapCheckFrame,
     OverlapTranscriptFrame,
@@ -58,7 +59,7 @@ from agent.frames import (
     TimelineEventFrame,
     TurnEndReasonFrame,
 )
-from agent.recognition.backchannel import is_backchannel
+from agent.recognition.backchannel import is_backchannel, words_of
 from agent.recognition.openers import only_opens
 from agent.recognition.sound_onset import SoundOnset
 from agent.recognition.utterance import NOISE_MAX_SECS, has_words
@@ -66,6 +67,7 @@ from agent.settings import TurnSettings
 
 SMART_TURN_MAX_SECS = 8
 PAUSE_TEXT_WAIT_SECS = 0.3  # how long a likely end of turn waits for the pause transcript
+WORDS_WAIT_SECS = 0.3  # and then for the LLM's verdict on its words
 # Silence (s) after which Smart Turn judges again when it has not yet ended the turn.
 REJUDGE_SECS = (0.25, 0.35, 0.45, 0.6, 0.75, 0.9, 1.2)
 OVERLAP_WORDS_WAIT_SECS = 0.3  # how long a voice over the bot waits for its words
@@ -83,9 +85,12 @@ class EndOfTurnPolicy:
 
     The bar falls as the silence grows: ``sure`` at the stop window, down to ``lean`` once the
     silence reaches ``patience``; a transcript that ends a sentence lowers it by
-    ``text_credit``; one of openers alone ("Hi,", agent.recognition.openers) ends nothing
-    before ``patience``. A caller who pauses mid-thought is rarely silent long, so a short
-    silence needs a confident verdict and a long one a likely one.
+    ``text_credit``; unfinished words end nothing before ``patience``: openers alone ("Hi,",
+    agent.recognition.openers), or two words or more after which the LLM sees the message
+    going on (its probability of an end there under ``unfinished_below``). A caller who
+    pauses mid-thought is rarely silent long, so a short silence needs a confident verdict
+    and a long one a likely one. A single word is exempt from the LLM's judgement: asked
+    without the question it answers ("Three."), the model sees it as unfinished.
     """
 
     stop_secs: float
@@ -93,27 +98,38 @@ class EndOfTurnPolicy:
     lean: float
     patience: float
     text_credit: float
+    unfinished_below: float | None = None
 
     @classmethod
     def from_settings(cls, turn: TurnSettings) -> EndOfTurnPolicy:
         return cls(stop_secs=turn.vad_stop_secs, sure=turn.smart_turn_sure,
                    lean=turn.smart_turn_lean, patience=turn.patience_secs,
-                   text_credit=turn.text_credit)  # fmt: skip
+                   text_credit=turn.text_credit,
+                   unfinished_below=turn.words_unfinished_below)  # fmt: skip
 
-    def bar(self, silence_secs: float, sentence: bool, opener: bool = False) -> float:
+    def unfinished(self, text: str, words_end: float | None) -> bool:
+        """Whether the words so far say the caller goes on; ``words_end``: the LLM's
+        probability that the message ends after them (None: not known)."""
+        if only_opens(text):
+            return True
+        if self.unfinished_below is None or words_end is None:
+            return False
+        return words_end < self.unfinished_below and len(words_of(text)) >= 2
+
+    def bar(self, silence_secs: float, sentence: bool, unfinished: bool = False) -> float:
         """The Smart Turn probability that ends the turn after ``silence_secs`` of silence;
-        ``opener``: the words so far only open a turn ("Hi,"), so none ends it before
+        ``unfinished``: the words say the caller goes on, so none ends it before
         ``patience``, and they earn no credit."""
-        if opener:
+        if unfinished:
             return self.lean if silence_secs >= self.patience else float("inf")
         span = max(1e-6, self.patience - self.stop_secs)
         f = min(1.0, max(0.0, (silence_secs - self.stop_secs) / span))
         return self.sure + (self.lean - self.sure) * f - (self.text_credit if sentence else 0.0)
 
     def ends(
-        self, probability: float, silence_secs: float, sentence: bool, opener: bool = False
+        self, probability: float, silence_secs: float, sentence: bool, unfinished: bool = False
     ) -> bool:
-        return probability >= self.bar(silence_secs, sentence, opener)
+        return probability >= self.bar(silence_secs, sentence, unfinished)
 
 
 @dataclass
@@ -181,7 +197,10 @@ class TurnDetector(FrameProcessor):
         *,
         rate: int,
         audio_clock_only: bool = False,
+        words_judged: bool = False,
     ) -> None:
+        """``words_judged``: an LLM stage downstream answers each pause transcript with an
+        ``EndOfMessageFrame``, which a likely end of turn waits for."""
         super().__init__()
         self._settings = settings
         # Audio not fed in real time (benchmarks, compute-paced replays): no wall-clock fallback.
@@ -211,6 +230,9 @@ class TurnDetector(FrameProcessor):
         self._words_heard = False
         self._pause_text = ""
         self._pause_text_ready = asyncio.Event()
+        self._wait_for_words = words_judged and settings.words_unfinished_below is not None
+        self._words_end: float | None = None  # the LLM's verdict on the pause transcript
+        self._words_ready = asyncio.Event()
         self._onset = None if settings.hold_onset_db is None else SoundOnset(settings.hold_onset_db)
         self._lull = None if settings.lull_pass_ms is None else SoundOnset(LULL_MARGIN_DB)
         self._lull_reported = False
@@ -235,6 +257,12 @@ class TurnDetector(FrameProcessor):
         elif isinstance(frame, PauseTranscriptFrame):
             self._pause_text = frame.text
             self._pause_text_ready.set()
+            self._forget_words()
+        elif isinstance(frame, EndOfMessageFrame):
+            text = self._pause_text.strip()
+            if text and frame.text.strip().endswith(text):  # not a verdict on earlier words
+                self._words_end = frame.probability
+                self._words_ready.set()
         elif isinstance(frame, EndFrame | CancelFrame):
             await self._cancel_decision()
             self._drop_verdict()
@@ -425,6 +453,7 @@ class TurnDetector(FrameProcessor):
         self._rejudge_at = []
         self._pause_text = ""
         self._pause_text_ready.clear()
+        self._forget_words()
         await self._cancel_decision()
         await self.push_frame(VADUserStartedSpeakingFrame())
 
@@ -471,10 +500,10 @@ class TurnDetector(FrameProcessor):
         early = self._verdict or self._judge_now()
         probability = max(await early, await self._judge_now())
         stop = self._policy.stop_secs
-        if not self._policy.ends(probability, stop, sentence=False) and self._policy.ends(
-            probability, stop, sentence=True
-        ):
-            await self._pause_text_arrived()  # only the words can end it now: wait briefly
+        if self._policy.ends(probability, stop, sentence=True):  # the words decide: wait briefly
+            if await self._pause_text_arrived() and self._wait_for_words:
+                if has_words(self._pause_text):
+                    await self._words_arrived()
         return self._verdict_ends(probability, stop)
 
     def _maybe_rejudge(self) -> None:
@@ -497,12 +526,12 @@ class TurnDetector(FrameProcessor):
         """Smart Turn's verdict against the policy's bar after this silence: the reason and
         value that end the turn, or None."""
         ready = self._pause_text_ready.is_set()
-        sentence = ready and ends_sentence(self._pause_text)
-        opener = ready and only_opens(self._pause_text)
+        unfinished = ready and self._policy.unfinished(self._pause_text, self._words_end)
+        sentence = ready and not unfinished and ends_sentence(self._pause_text)
         p = round(probability, 3)
-        if self._policy.ends(probability, silence_secs, sentence=False, opener=opener):
+        if self._policy.ends(probability, silence_secs, sentence=False, unfinished=unfinished):
             return "smart_turn", p
-        if sentence and self._policy.ends(probability, silence_secs, True, opener):
+        if sentence and self._policy.ends(probability, silence_secs, True):
             return "smart_turn_and_text", p
         return None
 
@@ -524,6 +553,17 @@ class TurnDetector(FrameProcessor):
             return False
         return True
 
+    async def _words_arrived(self) -> None:
+        """Wait (briefly: a busy engine must not hold the turn) for the LLM's verdict."""
+        try:
+            await asyncio.wait_for(self._words_ready.wait(), WORDS_WAIT_SECS)
+        except TimeoutError:
+            pass
+
+    def _forget_words(self) -> None:
+        self._words_end = None
+        self._words_ready.clear()
+
     def _completion_probability(self, audio: np.ndarray) -> float:
         assert self._smart_turn is not None
         result = self._smart_turn._predict_endpoint(audio.astype(np.float32) / 32768.0)
@@ -537,12 +577,14 @@ class TurnDetector(FrameProcessor):
     async def _end_turn(self, reason: str, value: float) -> None:
         self._stop_fallback_timer()
         self._verdict = None
-        await self.push_frame(TurnEndReasonFrame(reason=reason, value=value))
+        words = None if self._words_end is None else round(self._words_end, 4)
+        await self.push_frame(TurnEndReasonFrame(reason=reason, value=value, words=words))
         self._in_turn = False
         self._fallback_at_ms = None
         self._rejudge_at = []
         self._pause_text = ""
         self._pause_text_ready.clear()
+        self._forget_words()
         self._decision = None
         await self.broadcast_frame(UserStoppedSpeakingFrame)
 

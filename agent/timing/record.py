@@ -110,6 +110,7 @@ class TurnRecord(BaseModel):
     interrupted: StrictBool = False
     turn_end_reason: StrictStr | None = None
     turn_end_value: Number = None
+    turn_end_words: Number = None  # the LLM's P(the caller's message ended there)
     errors: list[StrictStr] = Field(default_factory=list)
     barge_in_ms: Ms = None
 

@@ -63,6 +63,7 @@ class Turn:
     errors: list[str] = field(default_factory=list)
     end_reason: str | None = None
     end_value: float | None = None
+    end_words: float | None = None
 
     def record(self, budget: Budget | None) -> TurnRecord:
         """The turn record of the record contract (docs/design.md), as it stands now."""
@@ -83,6 +84,7 @@ class Turn:
             interrupted=self.events["interrupted"] is not None,
             turn_end_reason=self.end_reason,
             turn_end_value=self.end_value,
+            turn_end_words=self.end_words,
             errors=list(self.errors),
         )
 
@@ -152,6 +154,7 @@ class TurnTimer(BaseObserver):
         elif isinstance(frame, TurnEndReasonFrame):
             turn = self._user_turn()
             turn.end_reason, turn.end_value = frame.reason, frame.value
+            turn.end_words = frame.words
         elif isinstance(frame, UserStoppedSpeakingFrame):
             self._set("turn_end", now)
         elif isinstance(frame, TranscriptionFrame):

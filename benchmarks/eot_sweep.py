@@ -230,6 +230,7 @@ def grade(stops: list[Stop], decide: Policy, max_silence: float) -> dict:
 
 # The rule before the adaptive bar: Smart Turn 0.5, or this with a full stop (phone: 0.05).
 BEFORE_LEAN = {"wide": 0.3, "phone": 0.05}
+DEFAULT_FAMILY = "adaptive bar + LLM words (default)"
 BARS = ((0.5, 0.3), (0.7, 0.5), (0.9, 0.7), (0.97, 0.8), (0.99, 0.9))
 
 
@@ -253,7 +254,7 @@ def policies(settings: Settings, line: str) -> dict[str, list[tuple[str, Policy]
             (f"bar {sure} -> {lean}", adaptive(replace(punctuation, sure=sure, lean=lean)))
             for sure, lean in BARS
         ],
-        "adaptive bar + LLM words (default)": [
+        DEFAULT_FAMILY: [
             (f"bar {sure} -> {lean}", adaptive(replace(shipped, sure=sure, lean=lean)))
             for sure, lean in BARS
         ],
@@ -264,7 +265,9 @@ def policies(settings: Settings, line: str) -> dict[str, list[tuple[str, Policy]
     }
 
 
-def plot(rows: list[dict], path: Path, title: str) -> None:
+def plot(rows: list[dict], path: Path, title: str, default: tuple[str, str]) -> None:
+    """Cut-offs against endpointing per policy family; ``default``: the shipped (family,
+    setting), starred."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -277,10 +280,15 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
             xs = [r[f"endpointing_{pct}_ms"] for r in mine]
             ys = [100 * r["pauses_cut"] / max(1, r["pauses"]) for r in mine]
             ax.plot(xs, ys, marker="o", label=family)
+        for r in rows:
+            if (r["policy"], r["setting"]) == default:
+                x, y = r[f"endpointing_{pct}_ms"], 100 * r["pauses_cut"] / max(1, r["pauses"])
+                ax.plot([x], [y], marker="*", markersize=16, color="black", linestyle="none",
+                        label="default" if pct == "p50" else None)  # fmt: skip
         ax.set_xlabel(f"endpointing {pct} at true ends (ms)")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("mid-turn pauses cut (%)")
-    axes[1].legend(fontsize=8)
+    axes[0].legend(fontsize=8)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -320,8 +328,10 @@ def main() -> None:
         write_json(args.out, {"sets": args.sets, "line": args.line, "rows": rows,
                               "stops": [asdict(s) for s in stops]})  # fmt: skip
     if args.plot:
+        t = settings.turn
+        default = (DEFAULT_FAMILY, f"bar {t.smart_turn_sure} -> {t.smart_turn_lean}")
         plot(rows, args.plot, f"End of turn on the corpus ({', '.join(args.sets)}; "
-             f"{args.line} line): cut-offs against delay")  # fmt: skip
+             f"{args.line} line): cut-offs against delay", default)  # fmt: skip
 
 
 if __name__ == "__main__":

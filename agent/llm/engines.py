@@ -251,8 +251,8 @@ class InProcessLlama:
         if not words:
             return None
         tokens = self._tokens([*messages[:-1], {**messages[-1], "content": words}], open_end=True)
-        if len(tokens) >= self.llm.n_ctx() - self._reserve:
-            return None
+        if len(tokens) < 2 or len(tokens) >= self.llm.n_ctx() - self._reserve:
+            return None  # the template did not keep the words as they are, or no room
         # The last token is evaluated again even when cached: its logits are what is read.
         self.llm.n_tokens = min(self._cached(tokens), len(tokens) - 1)
         self.llm.eval(tokens[self.llm.n_tokens :])

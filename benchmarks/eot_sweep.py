@@ -38,6 +38,7 @@ from agent.audio import load_audio
 from agent.llm.engines import InProcessLlama
 from agent.recognition.turn_detector import (
     REJUDGE_SECS,
+    SMART_TURN_LEAD_SECS,
     SMART_TURN_MAX_SECS,
     EndOfTurnPolicy,
     SharedSileroVAD,
@@ -85,6 +86,7 @@ async def trace_clip(
     state = VADState.QUIET
     turn_start: int | None = None
     stops: list[tuple[int, int | None, int]] = []  # (stop sample, resume sample, turn start)
+    heard_from = 0  # where Smart Turn's window begins: the turn's speech start and lead-in
     for i in range(0, len(samples) - FRAME + 1, FRAME):
         previous, state = state, await vad.analyze_audio(samples[i : i + FRAME].tobytes())
         if state == previous:
@@ -94,6 +96,7 @@ async def trace_clip(
                 stops[-1] = (stops[-1][0], i, stops[-1][2])
             if turn_start is None:
                 turn_start = max(0, i - int((t.vad_start_secs + s.asr.pre_roll_ms / 1000) * RATE))
+                heard_from = max(0, i - int((t.vad_start_secs + SMART_TURN_LEAD_SECS) * RATE))
         elif state == VADState.STOPPING and turn_start is not None:
             stops.append((i + FRAME, None, turn_start))
     await vad.cleanup()
@@ -104,7 +107,7 @@ async def trace_clip(
 
         def smart_turn(offset: float, at: int = at, end: int = end) -> float:
             upto = min(end, at + int(offset * RATE))
-            window = samples[max(0, upto - SMART_TURN_MAX_SECS * RATE) : upto]
+            window = samples[max(heard_from, upto - SMART_TURN_MAX_SECS * RATE) : upto]
             result = models.smart_turn._predict_endpoint(window.astype(np.float32) / 32768.0)
             return round(float(result["probability"]), 4)
 

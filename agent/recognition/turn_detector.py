@@ -66,6 +66,9 @@ from agent.recognition.utterance import NOISE_MAX_SECS, has_words
 from agent.settings import TurnSettings
 
 SMART_TURN_MAX_SECS = 8
+# Smart Turn hears the turn from this long before its speech start (pipecat's pre-speech):
+# the caller's previous turn in its window made a one-word answer ("Yes.") sound unfinished.
+SMART_TURN_LEAD_SECS = 0.5
 PAUSE_TEXT_WAIT_SECS = 0.3  # how long a likely end of turn waits for the pause transcript
 WORDS_WAIT_SECS = 0.3  # and then for the LLM's verdict on its words
 # Silence (s) after which Smart Turn judges again when it has not yet ended the turn.
@@ -212,8 +215,9 @@ class TurnDetector(FrameProcessor):
         self._state = VADState.QUIET
         self._in_turn = False
         self._bot_speaking = False
-        # What Smart Turn hears: the last 8 s, so the turn's start and its lead-in too.
+        # What Smart Turn hears: the turn and its lead-in, at most the last 8 s.
         self._recent = RecentAudio(rate, SMART_TURN_MAX_SECS * 1000)
+        self._turn_from = 0  # the input sample where the open turn's speech began
         self._silence_started: float | None = None
         self._speech_started_ms = 0.0  # where the open turn's speech began
         self._barge_in_from: float | None = None  # voice over the bot, not yet a barge-in
@@ -425,6 +429,7 @@ class TurnDetector(FrameProcessor):
     async def _open_turn(self, start: float) -> None:
         self._in_turn = True
         self._speech_started_ms = start
+        self._turn_from = self._heard - round((self._clock.now_ms() - start) * self._rate / 1000)
         self._holding = False  # confirmed: the interruption below flushes the held audio
         await self.push_frame(TimelineEventFrame(event="speech_start", at_ms=start, exact=False))
         if self._bot_speaking:
@@ -436,7 +441,9 @@ class TurnDetector(FrameProcessor):
         the VAD pauses, not after the stop window: the verdict is ready when the window ends,
         and its CPU time no longer collides with the answer's first tokens (the LLM starts on
         the pause transcript)."""
-        audio = np.frombuffer(bytes(self._recent.snapshot()), dtype=np.int16)
+        lead = round(SMART_TURN_LEAD_SECS * self._rate)
+        heard = np.frombuffer(bytes(self._recent.snapshot()), dtype=np.int16)
+        audio = heard[-max(1, self._heard - self._turn_from + lead) :]
         return asyncio.get_running_loop().run_in_executor(
             self._judge, self._completion_probability, audio
         )

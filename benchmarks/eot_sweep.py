@@ -3,7 +3,8 @@
 Trace (once per clip): the agent's VAD (Silero with the turn settings) hears the clip frame
 by frame, then ``TAIL_SECS`` of silence. At each stop (the VAD's first silent window after
 speech, where the turn detector asks Smart Turn) Smart Turn's probability is read over the
-last 8 s at the stop and at each offset of ``OFFSETS`` while the silence lasts, and the
+turn so far (from ``SMART_TURN_LEAD_SECS`` before its speech start, at most 8 s) at the stop
+and at each offset of ``OFFSETS`` while the silence lasts, and the
 turn's words so far come from one pass of the agent's decoder over the turn's audio up to the
 stop (what recognition's pause pass reads), and the default LLM's probability that a
 caller's message ends after those words (``InProcessLlama.end_of_message`` after the

@@ -63,7 +63,7 @@ def turn_from(record: TurnRecord) -> Turn:
         bot_text=record.bot_text, spoken_text=record.spoken_text,
         events=dict(record.events), llm=record.llm,
         errors=list(record.errors), end_reason=record.turn_end_reason,
-        end_value=record.turn_end_value,
+        end_value=record.turn_end_value, end_words=record.turn_end_words,
     )  # fmt: skip
 
 

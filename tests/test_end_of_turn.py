@@ -50,6 +50,7 @@ def test_unfinished_words_end_nothing_before_the_patience_silence():
     assert not policy.ends(0.99, policy.patience - 0.01, sentence=True, unfinished=True)
     assert policy.ends(policy.lean, policy.patience, sentence=True, unfinished=True)
     assert only_opens("Hi there.") and only_opens("Okay, so") and only_opens("Thank you.")
+    assert only_opens("Sorry,") and only_opens("Excuse me.")
     assert not any(map(only_opens, ["Yes.", "No.", "Stop.", "Hi, what's the time?", "Bye."]))
     assert policy.unfinished("Hi there.", words_end=None)  # openers, whatever the LLM says
 

@@ -1,8 +1,9 @@
 """Turn openers: the words a caller starts a turn with before what they want ("Hi,",
-"Hello there,", "Okay, so", "Thanks,", "Great."), which promise more whatever the voice
-sounds like. Smart Turn judges the voice and scores "Hi there." at a comma's pause as a
-finished turn (0.98 on synthesised speech), so a turn of openers alone waits for the
-patience silence before it may end; yes, no and the other short answers are not openers."""
+"Hello there,", "Okay, so", "Thanks,", "Great.", "Sorry,", "Excuse me,"), which promise more
+whatever the voice sounds like. Smart Turn judges the voice and scores "Hi there." at a
+comma's pause as a finished turn (0.98 on synthesised speech), so a turn of openers alone
+waits for the patience silence before it may end; yes, no and the other short answers are
+not openers."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from agent.recognition.utterance import has_words
 
 OPENER_WORDS = frozenset(
     "hi hello hey there okay ok so well and but oh great right alright all thanks thank you "
-    "good morning afternoon evening".split()
+    "good morning afternoon evening sorry excuse me".split()
 )
 
 

@@ -195,9 +195,7 @@ def adaptive(policy: EndOfTurnPolicy) -> Policy:
     def decide(stop: Stop) -> float | None:
         for offset in (o for o in OFFSETS if o in stop.p):
             p = max(stop.p[offset], stop.p_at_stop) if offset == OFFSETS[0] else stop.p[offset]
-            unfinished = policy.unfinished(stop.text, stop.words)
-            sentence = not unfinished and ends_sentence(stop.text)
-            if policy.ends(p, offset, sentence, unfinished):
+            if policy.verdict(p, offset, stop.text, stop.words) is not None:
                 return offset
         return None
 

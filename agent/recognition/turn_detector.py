@@ -137,6 +137,20 @@ class EndOfTurnPolicy:
     ) -> bool:
         return probability >= self.bar(silence_secs, sentence, unfinished)
 
+    def verdict(
+        self, probability: float, silence_secs: float, text: str, words_end: float | None
+    ) -> str | None:
+        """Which signal ends the turn after this silence, given Smart Turn's probability and
+        the words so far (``text``, "" when not known yet): "smart_turn",
+        "smart_turn_and_text" (only with the sentence's credit), or None."""
+        unfinished = self.unfinished(text, words_end)
+        if self.ends(probability, silence_secs, sentence=False, unfinished=unfinished):
+            return "smart_turn"
+        sentence = not unfinished and ends_sentence(text)
+        if sentence and self.ends(probability, silence_secs, sentence=True):
+            return "smart_turn_and_text"
+        return None
+
 
 @dataclass
 class TurnModels:
@@ -262,9 +276,9 @@ class TurnDetector(FrameProcessor):
             if self._barge_in_from is not None and self._overlap_asked_at is not None:
                 self._overlap_words = frame.text
         elif isinstance(frame, PauseTranscriptFrame):
+            self._forget_pause_text()  # and the verdict on earlier words
             self._pause_text = frame.text
             self._pause_text_ready.set()
-            self._forget_words()
         elif isinstance(frame, EndOfMessageFrame):
             text = self._pause_text.strip()
             if text and frame.text.strip().endswith(text):  # not a verdict on earlier words
@@ -461,9 +475,7 @@ class TurnDetector(FrameProcessor):
         self._silence_started = None
         self._fallback_at_ms = None
         self._rejudge_at = []
-        self._pause_text = ""
-        self._pause_text_ready.clear()
-        self._forget_words()
+        self._forget_pause_text()
         await self._cancel_decision()
         await self.push_frame(VADUserStartedSpeakingFrame())
 
@@ -511,9 +523,9 @@ class TurnDetector(FrameProcessor):
         probability = max(await early, await self._judge_now())
         stop = self._policy.stop_secs
         if self._policy.ends(probability, stop, sentence=True):  # the words decide: wait briefly
-            if await self._pause_text_arrived() and self._wait_for_words:
-                if has_words(self._pause_text):
-                    await self._words_arrived()
+            arrived = await self._pause_text_arrived()
+            if arrived and self._wait_for_words and has_words(self._pause_text):
+                await self._words_arrived()
         return self._verdict_ends(probability, stop)
 
     def _maybe_rejudge(self) -> None:
@@ -535,15 +547,9 @@ class TurnDetector(FrameProcessor):
     def _verdict_ends(self, probability: float, silence_secs: float) -> tuple[str, float] | None:
         """Smart Turn's verdict against the policy's bar after this silence: the reason and
         value that end the turn, or None."""
-        ready = self._pause_text_ready.is_set()
-        unfinished = ready and self._policy.unfinished(self._pause_text, self._words_end)
-        sentence = ready and not unfinished and ends_sentence(self._pause_text)
-        p = round(probability, 3)
-        if self._policy.ends(probability, silence_secs, sentence=False, unfinished=unfinished):
-            return "smart_turn", p
-        if sentence and self._policy.ends(probability, silence_secs, True):
-            return "smart_turn_and_text", p
-        return None
+        text = self._pause_text if self._pause_text_ready.is_set() else ""
+        reason = self._policy.verdict(probability, silence_secs, text, self._words_end)
+        return None if reason is None else (reason, round(probability, 3))
 
     async def _heard_words(self) -> bool:
         """Whether recognition's transcript at this pause holds a word. Only a short sound can
@@ -575,7 +581,10 @@ class TurnDetector(FrameProcessor):
         except TimeoutError:
             pass
 
-    def _forget_words(self) -> None:
+    def _forget_pause_text(self) -> None:
+        """The pause transcript and the LLM's verdict on it no longer hold."""
+        self._pause_text = ""
+        self._pause_text_ready.clear()
         self._words_end = None
         self._words_ready.clear()
 
@@ -597,9 +606,7 @@ class TurnDetector(FrameProcessor):
         self._in_turn = False
         self._fallback_at_ms = None
         self._rejudge_at = []
-        self._pause_text = ""
-        self._pause_text_ready.clear()
-        self._forget_words()
+        self._forget_pause_text()
         self._decision = None
         await self.broadcast_frame(UserStoppedSpeakingFrame)
 

@@ -86,6 +86,13 @@ class ASRSettings(BaseModel):
         description="each pass reads at least this many seconds (speech, then zeros): on a "
         "window barely longer than the speech Whisper mishears more",
     )
+    context_gap_secs: float | None = Field(
+        2.0,
+        ge=0,
+        description="a turn that opens within this many seconds of the caller's previous one "
+        "is heard after it (its audio and words), as the same sentence going on; null: "
+        "every turn alone",
+    )
 
 
 class TurnSettings(BaseModel):

@@ -15,7 +15,9 @@ after it, otherwise a fresh pass runs. Audio before the VAD start is kept (pre-r
 first word is lost. Long turns are committed and trimmed by ``Utterance`` (see utterance.py).
 A voice over the bot (``HoldBotAudioFrame``) is kept from the hold on: asked
 (``OverlapCheckFrame``), one pass over it tells the turn detector its words, and a barge-in's
-turn starts with it.
+turn starts with it. A turn that starts within ``context_gap_secs`` of the previous one's end
+is the caller going on after a pause: its passes read the previous turn's audio and words
+first (``Context``), as one pass over both would, and give only the new words.
 
 A decoder failure never ends the call: it is reported once per turn as a
 ``StageErrorFrame(stage="stt")``, interims skip it, and a failed final pass finishes the turn
@@ -25,6 +27,7 @@ with the last interim text (empty if there was none, so no answer is made).
 from __future__ import annotations
 
 import asyncio
+import functools
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
@@ -56,11 +59,12 @@ from agent.frames import (
     TimelineEventFrame,
 )
 from agent.recognition.utterance import NOISE_MAX_SECS, Snapshot, Utterance, has_words
-from agent.recognition.whisper_decoder import RATE, Pass, WhisperDecoder
+from agent.recognition.whisper_decoder import RATE, Context, Pass, WhisperDecoder
 from agent.settings import ASRSettings
 
 OVERLAP_MAX_SECS = 10  # a voice over the bot kept this long at most (a barge-in opens sooner)
 NO_SPEECH_PROB = 0.5  # Whisper's own no-speech threshold is 0.6 (with a low log-probability)
+CONTEXT_MAX_SECS = 8.0  # a longer previous turn is not read again (each pass would pay for it)
 
 
 def heard_words(text: str, no_speech_prob: float, short: bool) -> str:
@@ -83,6 +87,27 @@ class _RunningPass:
         self.position = position  # input samples received when the snapshot was taken
         self.ready_ms: float | None = None
         future.add_done_callback(lambda _: setattr(self, "ready_ms", clock.now_ms()))
+
+
+class _PreviousTurn:
+    """The caller's last turn as the next one may read it: its audio since its last trim,
+    the words heard in that audio, and where in the call's input it ended."""
+
+    def __init__(self, pcm: bytes, text: str, ended_at: int) -> None:
+        self.pcm = pcm
+        self.text = text
+        self.ended_at = ended_at
+
+    def context(self, lead_starts_at: int, now: int, gap_secs: float) -> Context | None:
+        """The context of a turn whose audio starts at ``lead_starts_at`` (input samples),
+        opened at ``now``: None when it opened more than ``gap_secs`` after this turn ended.
+        What lay between the two is silence to the decoder (it may be the bot's echo)."""
+        if now - self.ended_at > gap_secs * RATE or len(self.pcm) > CONTEXT_MAX_SECS * RATE * 2:
+            return None
+        pcm = np.frombuffer(self.pcm, dtype=np.int16).astype(np.float32) / 32768.0
+        gap = lead_starts_at - self.ended_at
+        audio = np.concatenate([pcm, np.zeros(gap, np.float32)]) if gap >= 0 else pcm[:gap]
+        return Context(self.text, audio) if len(audio) else None
 
 
 class StreamingWhisperSTT(FrameProcessor):
@@ -110,6 +135,7 @@ class StreamingWhisperSTT(FrameProcessor):
         self._quiet_pass_due = False  # the next pass is the lull's
         self._heard_only_noise = False  # the latest pause transcript of the turn had no word
         self._overlap: bytearray | None = None  # a voice over the bot: its audio so far
+        self._previous: _PreviousTurn | None = None  # the last turn with words
 
     # -- frames -----------------------------------------------------------------------------
 
@@ -156,7 +182,12 @@ class StreamingWhisperSTT(FrameProcessor):
     def _start_turn(self) -> None:
         lead = self._overlap if self._overlap is not None else self._pre_roll.snapshot()
         self._overlap = None
-        self._utt = Utterance(bytes(lead))
+        context = None
+        gap_secs = self._settings.context_gap_secs
+        if self._previous is not None and gap_secs is not None:
+            starts = self._received - len(lead) // 2
+            context = self._previous.context(starts, self._received, gap_secs)
+        self._utt = Utterance(bytes(lead), context, self._short_secs)
         self._since_pass = 0
         self._interim = ""
         self._failed = False
@@ -164,6 +195,11 @@ class StreamingWhisperSTT(FrameProcessor):
         self._speculation = None
         self._quiet_pass_due = False
         self._heard_only_noise = False
+
+    @property
+    def _short_secs(self) -> float:
+        """A turn this short may be a noise (see ``heard_words``)."""
+        return self._settings.pre_roll_ms / 1000 + NOISE_MAX_SECS
 
     @property
     def _interval_samples(self) -> int:
@@ -205,9 +241,10 @@ class StreamingWhisperSTT(FrameProcessor):
         (decoded again in full: slower)."""
         expect = snap.expect_tokens if speech_ended else None
         loop = asyncio.get_running_loop()
-        return loop.run_in_executor(
-            self._executor, self._decoder.transcribe, snap.audio, snap.want_words, expect
+        transcribe = functools.partial(
+            self._decoder.transcribe, snap.audio, snap.want_words, expect, context=snap.context
         )
+        return loop.run_in_executor(self._executor, transcribe)
 
     async def _report_failure(self, exc: BaseException, what: str) -> None:
         logger.warning(f"{self}: {what} pass failed: {exc!r}")
@@ -278,8 +315,7 @@ class StreamingWhisperSTT(FrameProcessor):
 
     def _heard(self, utt: Utterance, result: Pass) -> str:
         """The turn's text, or nothing when the pass heard noise (``heard_words``)."""
-        short = utt.secs <= self._settings.pre_roll_ms / 1000 + NOISE_MAX_SECS
-        return heard_words(utt.text(result), result.no_speech_prob, short)
+        return heard_words(utt.text(result), result.no_speech_prob, utt.secs <= self._short_secs)
 
     async def _final_pass(self, utt: Utterance) -> tuple[str, float]:
         """The turn's final text and when it was ready (a failed pass: the last interim)."""
@@ -300,6 +336,8 @@ class StreamingWhisperSTT(FrameProcessor):
         assert utt is not None
         text, ready_ms = await self._final_pass(utt)  # noise is not a turn to answer: ""
         logger.debug(f"{self}: final over {utt.secs:.2f} s: {text!r}")
+        own = utt.own_words(text)
+        self._previous = _PreviousTurn(utt.pcm, own, self._received) if own else None
         await self.push_frame(TimelineEventFrame(event="stt_final", at_ms=ready_ms))
         await self.push_frame(
             TranscriptionFrame(

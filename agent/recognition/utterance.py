@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agent.recognition.whisper_decoder import RATE, Pass, Word
+from agent.recognition.whisper_decoder import RATE, Context, Pass, Word
 
 COMMIT_AFTER_SECS = 10.0  # passes over 10 s take about 200 ms on 2 cores; 28 s take 800 ms
 KEEP_SECS = 2.0  # only words ending this long before the end of the audio are committed
@@ -104,6 +104,7 @@ class Snapshot:
     generation: int
     want_words: bool
     expect_tokens: int | None = None  # the text's likely length (see WhisperDecoder)
+    context: Context | None = None  # the caller's words just before the turn
 
 
 @dataclass
@@ -113,10 +114,22 @@ class Interim:
 
 
 class Utterance:
-    """One turn's audio since the last trim, its committed words and the last hypothesis."""
+    """One turn's audio since the last trim, its committed words and the last hypothesis.
 
-    def __init__(self, pre_roll: bytes = b"") -> None:
+    ``context``: the caller's previous turn, when this one goes on from it; passes read it
+    once the turn's own audio is longer than ``context_after_secs`` (a shorter sound may be
+    noise, which Whisper's no-speech probability tells only without it), until a trim.
+    """
+
+    def __init__(
+        self,
+        pre_roll: bytes = b"",
+        context: Context | None = None,
+        context_after_secs: float = 0.0,
+    ) -> None:
         self._pcm = bytearray(pre_roll)
+        self._context = context
+        self._context_after = context_after_secs
         self.committed: list[str] = []
         self.generation = 0
         self._last = ""
@@ -133,13 +146,23 @@ class Utterance:
     def committed_text(self) -> str:
         return " ".join(self.committed)
 
+    @property
+    def pcm(self) -> bytes:
+        """The turn's own audio since the last trim."""
+        return bytes(self._pcm)
+
+    def own_words(self, text: str) -> str:
+        """The words of the turn's text heard in its audio since the last trim."""
+        return " ".join(text.split()[len(self.committed) :])
+
     def snapshot(self) -> Snapshot:
         audio = np.frombuffer(bytes(self._pcm), dtype=np.int16).astype(np.float32) / 32768.0
         expect = None
         if self._last_pass is not None:
             grown = max(0.0, self.secs - self._last_pass.audio_secs)
             expect = self._last_pass.tokens + math.ceil(grown * NEW_TOKENS_PER_SEC)
-        return Snapshot(audio, self.generation, self.secs >= COMMIT_AFTER_SECS, expect)
+        context = self._context if self.secs > self._context_after else None
+        return Snapshot(audio, self.generation, self.secs >= COMMIT_AFTER_SECS, expect, context)
 
     def text(self, result: Pass) -> str:
         """The whole turn's text: committed words, then this pass's (without a repeat)."""
@@ -187,6 +210,7 @@ class Utterance:
         cut = quietest_cut(snap.audio, at, before, after)
         self.committed += words[:n]
         del self._pcm[: cut * 2]
+        self._context = None  # the committed words carry the turn on from here
         self.generation += 1
         self._last = ""
         self._last_pass = None

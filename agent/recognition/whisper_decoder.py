@@ -16,6 +16,10 @@ For long turns the recogniser commits text and trims the audio it covers; it ask
 timings (cross-attention alignment) to know where the committed words end. The committed
 text is not given back as a decoder prompt: tiny.en copied the prompt (a 36 s turn that says
 one sentence 7 times came out with it 10-11 times; 7 without the prompt).
+
+A turn that goes on from the caller's previous one (a pause ended it) is decoded with that
+turn's audio before it and its words as a forced prefix (``Context``): Whisper, cold at the
+start of a window, drops or mishears the first words of a sentence it joins mid-way.
 """
 
 from __future__ import annotations
@@ -97,6 +101,21 @@ class Pass:
         return sum(len(seg.tokens) + 2 for seg in self.segments)
 
 
+@dataclass(frozen=True)
+class Context:
+    """What came before a pass's own audio: the caller's previous words and the audio they
+    were heard in, which the window starts with. Their closing punctuation is left off:
+    recognition closes every window with a full stop, and a decoder told the sentence ended
+    drops the "and" that goes on with it."""
+
+    text: str
+    audio: np.ndarray  # float32 16 kHz, up to the pass's own audio
+
+    @property
+    def prefix(self) -> str:
+        return self.text.strip().rstrip(".?!").strip()
+
+
 def _words(text: str) -> list[str]:
     return re.sub(r"[^a-z0-9' ]", " ", text.lower()).split()
 
@@ -127,6 +146,12 @@ def hallucination_cut(words: list[str], secs: float, n: int = 3) -> int | None:
         if len(head) == n and words[i : i + n] == head:
             return i
     return None
+
+
+def _shift(done: Pass, secs: float) -> None:
+    """Move a pass's times by ``secs`` (from its window's start to its own audio's)."""
+    for item in done.segments + done.words:
+        item.start, item.end = max(0.0, item.start + secs), max(0.0, item.end + secs)
 
 
 class WhisperDecoder:
@@ -176,17 +201,29 @@ class WhisperDecoder:
         return " ".join(s.text.strip() for s in segments).strip()
 
     def transcribe(
-        self, audio: np.ndarray, words: bool = False, expect_tokens: int | None = None
+        self,
+        audio: np.ndarray,
+        words: bool = False,
+        expect_tokens: int | None = None,
+        context: Context | None = None,
     ) -> Pass:
-        """Transcribe float32 16 kHz audio (at most 30 s).
+        """Transcribe float32 16 kHz audio (at most 30 s with its context).
 
         ``words`` asks for word timings; ``expect_tokens``, how many tokens the text is
-        likely to need (see the module's docstring). Whisper sometimes stops a long window
-        early; like faster-whisper's own seek loop, decoding then resumes from the last
-        segment's end, on the audio that is left.
+        likely to need (see the module's docstring); ``context``, what the caller said just
+        before (its audio is read first, its words forced as the text's start; the result
+        holds only the words after them, timed in ``audio``). Whisper sometimes stops a long
+        window early; like faster-whisper's own seek loop, decoding then resumes from the
+        last segment's end, on the audio that is left.
         """
         secs = len(audio) / RATE
-        done = self._window(audio, words, expect_tokens)
+        if context is not None and context.prefix and len(context.audio):
+            window = np.concatenate([context.audio, audio])
+            done = self._window(window, words, expect_tokens, context.prefix)
+            _shift(done, -len(context.audio) / RATE)
+            done.audio_secs = secs
+        else:
+            done = self._window(audio, words, expect_tokens)
         for _ in range(MAX_RESUMES):
             if done.restarted or not done.segments:
                 break
@@ -208,8 +245,11 @@ class WhisperDecoder:
             )
         return done
 
-    def _window(self, audio: np.ndarray, words: bool, expect_tokens: int | None = None) -> Pass:
-        """One greedy decode of one unpadded window."""
+    def _window(
+        self, audio: np.ndarray, words: bool, expect_tokens: int | None = None, prefix: str = ""
+    ) -> Pass:
+        """One greedy decode of one unpadded window (``prefix``: its text's forced start,
+        left out of the result)."""
         secs = len(audio) / RATE
         window = min(MAX_WINDOW_SECS, max(self.min_window_secs, secs + TRAILING_PAD_SECS))
         padded = np.zeros(int(window * RATE), dtype=np.float32)
@@ -218,25 +258,27 @@ class WhisperDecoder:
         encoded = self.model.model.encode(
             ctranslate2.StorageView.from_array(np.ascontiguousarray(mel[None])), to_cpu=False
         )
-        full = int(secs * TOKENS_PER_SEC) + 16  # CTranslate2's max_length: twice the tokens
+        forced = self.tokenizer.encode(" " + prefix) if prefix else []
+        # CTranslate2's max_length counts twice the tokens, the forced ones included
+        full = int(secs * TOKENS_PER_SEC) + 16 + 2 * len(forced)
         limit = full
         if expect_tokens is not None:
-            limit = min(full, 2 * (expect_tokens + EXPECT_MARGIN_TOKENS))
-        done, looped, cut_short = self._decode(encoded, secs, window, 1.0, limit)
+            limit = min(full, 2 * (expect_tokens + len(forced) + EXPECT_MARGIN_TOKENS))
+        done, looped, cut_short = self._decode(encoded, secs, window, 1.0, limit, forced)
         if cut_short and limit < full:  # the expected length was too short for the text
             limit = full
-            done, looped, _ = self._decode(encoded, secs, window, 1.0, limit)
+            done, looped, _ = self._decode(encoded, secs, window, 1.0, limit, forced)
         if looped:  # greedy tiny models loop ("War, War, War"): retry, discouraging repeats
-            retry, still, _ = self._decode(encoded, secs, window, LOOP_RETRY_PENALTY, limit)
+            retry, still, _ = self._decode(encoded, secs, window, LOOP_RETRY_PENALTY, limit, forced)
             if not still or len(retry.text) > len(done.text):
                 done = retry
         if words and done.text:
-            done.words = self._align(done, encoded, secs)
+            done.words = self._align(done, encoded, secs, forced)
         last = done.segments[-1] if done.segments else None
         if last is not None and not last.closed and secs >= CHECK_UNCLOSED_SECS:
             # Whisper may stop mid-window without a closing timestamp: the last word's end
             # tells whether audio is left to resume on (it lost a turn's last sentence).
-            timed = done.words or self._align(done, encoded, secs)
+            timed = done.words or self._align(done, encoded, secs, forced)
             if timed:
                 last.end = timed[-1].end
         return done
@@ -248,11 +290,19 @@ class WhisperDecoder:
         window: float,
         penalty: float,
         max_length: int,
+        forced: list[int],
     ) -> tuple[Pass, bool, bool]:
-        """A pass, whether it looped, and whether the length limit cut real text short."""
+        """A pass, whether it looped, and whether the length limit cut real text short.
+
+        ``forced``: tokens the text starts with (a context's words); CTranslate2 returns
+        them, after the first timestamp, with what it generated.
+        """
+        prompt = list(self.tokenizer.sot_sequence)
+        if forced:
+            prompt += [self._ts_begin, *forced]
         result = self.model.model.generate(
             encoded,
-            [self.tokenizer.sot_sequence],
+            [prompt],
             beam_size=1,
             max_length=max_length,
             suppress_blank=True,
@@ -262,17 +312,26 @@ class WhisperDecoder:
         )
         ids = result[0].sequences_ids[0]
         at_limit = self.tokenizer.eot not in ids and len(ids) >= max_length // 2
-        done, looped, cut_short = self._parse(ids, secs, window, at_limit)
+        done, looped, cut_short = self._parse(ids, secs, window, at_limit, len(forced))
         done.no_speech_prob = float(result[0].no_speech_prob)
         return done, looped, cut_short
 
-    def _align(self, done: Pass, encoded: ctranslate2.StorageView, secs: float) -> list[Word]:
-        """Word timings of the pass's text (faster-whisper's cross-attention alignment)."""
-        tokens = [t for seg in done.segments for t in seg.tokens]
+    def _align(
+        self, done: Pass, encoded: ctranslate2.StorageView, secs: float, forced: list[int]
+    ) -> list[Word]:
+        """Word timings of the pass's text (faster-whisper's cross-attention alignment),
+        aligned after the forced words, which the audio says first."""
+        tokens = forced + [t for seg in done.segments for t in seg.tokens]
         aligned = self.model.find_alignment(self.tokenizer, [tokens], encoded, int(secs * 100))
         timed: list[Word] = []
+        spelled = len(self.tokenizer.decode(forced))  # characters the forced words take
         for w in aligned[0] if aligned else []:
+            if spelled > 0:
+                spelled -= len(w["word"])
+                continue
             text = w["word"].strip()
+            if forced and not timed and not _words(text):
+                continue  # punctuation after the forced words, left out of the text too
             if timed and (not _words(text) or not w["word"].startswith(" ")):
                 timed[-1].text += text  # "year" + "." is one word of the text, ending at "r"
             elif text:
@@ -280,10 +339,14 @@ class WhisperDecoder:
         return timed[: len(done.text.split())]
 
     def _parse(
-        self, ids: list[int], secs: float, window: float, at_limit: bool = False
+        self, ids: list[int], secs: float, window: float, at_limit: bool = False, forced: int = 0
     ) -> tuple[Pass, bool, bool]:
         """Segments from timestamp tokens, made-up text dropped; whether a loop was cut; and
-        whether the length limit (``at_limit``: decoding stopped there) cut real text."""
+        whether the length limit (``at_limit``: decoding stopped there) cut real text.
+
+        The first ``forced`` text tokens were forced (a context's words): they count for the
+        checks (a text that starts over repeats them) and are then left out.
+        """
         segments: list[Segment] = []
         start, current = 0.0, []
         for tok in ids:
@@ -321,5 +384,21 @@ class WhisperDecoder:
         cut = hallucination_cut(_words(text), secs)
         if cut is not None and len(_words(text)) == len(words):
             text = " ".join(words[:cut])
+        if forced:
+            kept, text = self._drop_forced(kept, text, forced)
         done = Pass(text=text.strip(), audio_secs=secs, segments=kept, restarted=restarted)
         return done, cut is not None, cut_short
+
+    def _drop_forced(
+        self, kept: list[Segment], text: str, forced: int
+    ) -> tuple[list[Segment], str]:
+        """The segments and text without the forced words that open the first segment."""
+        if not kept or kept[0].start > 0.0 or len(kept[0].tokens) < forced:
+            return [], ""  # the forced words were dropped as made up: nothing to trust
+        spelled = self.tokenizer.decode(kept[0].tokens[:forced])
+        first = kept[0]
+        rest = first.tokens[forced:]
+        head = [Segment(first.start, first.end, rest, self.tokenizer.decode(rest), first.closed)]
+        kept = [seg for seg in head + kept[1:] if seg.tokens]
+        # what follows the forced words may open with their punctuation (", and so on")
+        return kept, text.strip()[len(spelled.strip()) :].lstrip(" ,.;:!?-")

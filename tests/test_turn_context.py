@@ -1,0 +1,146 @@
+"""A turn that goes on from the caller's previous one is heard with it before it.
+
+Whisper, cold at the start of a window, drops or mishears the first words of a sentence it
+joins mid-way ("there is also to give a bow" for "the result is to give a bow"); the next
+turn's passes read the previous turn's audio and words first and give only the new words.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from agent import model_store
+from agent.audio import load_audio
+from agent.clock import ComputeClock
+from agent.recognition.streaming_stt import CONTEXT_MAX_SECS, _PreviousTurn
+from agent.recognition.utterance import Utterance
+from agent.recognition.whisper_decoder import RATE, Context, WhisperDecoder
+from agent.tools.transcribe import transcribe_stream
+from agent.transports.replay import ReplayTurn
+from benchmarks.clips import CORPUS
+from tests.conftest import normalise, wer
+
+# "If the red of the second bow falls upon the green of the first, [0.44 s] the result is to
+# give a bow with an abnormally wide yellow band, [0.56 s] since red and green light when
+# mixed form yellow."
+RAINBOW = CORPUS / "pauses" / "vctk_p225_023.wav"
+RAINBOW_TEXT = (
+    "If the red of the second bow falls upon the green of the first, the result is to give a "
+    "bow with an abnormally wide yellow band, since red and green light when mixed form yellow."
+)
+needs_corpus = pytest.mark.skipif(not RAINBOW.exists(), reason="needs ../shared/corpus")
+
+
+def pcm(secs: float, value: int = 1000) -> bytes:
+    return np.full(int(secs * RATE), value, dtype=np.int16).tobytes()
+
+
+def test_a_turn_soon_after_the_last_reads_it_with_the_silence_between():
+    previous = _PreviousTurn(pcm(2.0), "the red of the second bow,", ended_at=10 * RATE)
+    # the new turn's audio (its pre-roll) starts 0.5 s after the last one ended
+    context = previous.context(lead_starts_at=int(10.5 * RATE), now=11 * RATE, gap_secs=2.0)
+    assert context is not None
+    assert context.prefix == "the red of the second bow,"
+    assert len(context.audio) == int(2.5 * RATE)
+    assert np.all(context.audio[int(2.0 * RATE) :] == 0)  # the gap is silence to the decoder
+    assert np.all(context.audio[: int(2.0 * RATE)] > 0)
+
+
+def test_a_pre_roll_reaching_into_the_last_turn_is_not_read_twice():
+    previous = _PreviousTurn(pcm(2.0), "yes", ended_at=10 * RATE)
+    context = previous.context(lead_starts_at=int(9.8 * RATE), now=int(10.4 * RATE), gap_secs=2.0)
+    assert context is not None and len(context.audio) == int(1.8 * RATE)
+
+
+def test_a_turn_long_after_the_last_or_after_a_long_one_is_heard_alone():
+    previous = _PreviousTurn(pcm(2.0), "yes", ended_at=10 * RATE)
+    assert previous.context(int(12 * RATE), now=int(12.6 * RATE), gap_secs=2.0) is None
+    long = _PreviousTurn(pcm(CONTEXT_MAX_SECS + 1), "a long turn", ended_at=10 * RATE)
+    assert long.context(int(10.2 * RATE), now=int(10.8 * RATE), gap_secs=2.0) is None
+
+
+def test_the_previous_words_lose_the_full_stop_recognition_put_at_the_pause():
+    assert Context("Since then.", np.zeros(RATE, np.float32)).prefix == "Since then"
+    assert Context("the first,", np.zeros(RATE, np.float32)).prefix == "the first,"
+
+
+def test_a_short_sound_is_read_alone_so_the_noise_rule_still_hears_it():
+    """Whisper's no-speech probability tells a click from a word only without the context."""
+    context = Context("so", np.zeros(RATE, np.float32))
+    utt = Utterance(pcm(0.6), context, context_after_secs=1.4)
+    utt.add(pcm(0.5))
+    assert utt.snapshot().context is None
+    utt.add(pcm(0.5))
+    assert utt.snapshot().context is context
+
+
+@pytest.fixture(scope="module")
+def decoder(settings) -> WhisperDecoder:
+    path = model_store.resolve(settings.asr.model, "asr", settings.models_dir)
+    return WhisperDecoder(path, compute_type="int8", threads=2, language="en")
+
+
+def rainbow() -> tuple[np.ndarray, np.ndarray]:
+    """The clip's first clause and the rest, cut in the middle of the first pause."""
+    audio = load_audio(RAINBOW, RATE).astype(np.float32) / 32768.0
+    cut = int(3.08 * RATE)
+    return audio[:cut], audio[cut:]
+
+
+@needs_corpus
+@pytest.mark.slow
+def test_the_context_gives_only_the_new_words_timed_in_their_own_audio(decoder):
+    first, rest = rainbow()
+    heard = decoder.transcribe(first).text
+    assert "first" in normalise(heard)
+    result = decoder.transcribe(rest, words=True, context=Context(heard, first))
+    text = normalise(result.text)
+    assert text.startswith("the result is to give a bow"), result.text
+    assert "second bow" not in text and "first" not in text
+    assert result.text[:1].isalnum()  # no punctuation left over from the forced words
+    assert [w.text for w in result.words] == result.text.split()
+    secs = len(rest) / RATE
+    assert all(0 <= w.start <= w.end <= secs + 0.5 for w in result.words), result.words
+    assert result.words[0].start < 1.0  # "the" comes right after the pause, not 3 s in
+
+
+def vad_only_turns(settings, **asr):
+    """Turns that end at every pause of 0.3 s, so the rainbow clip is heard in three."""
+    turn = settings.turn.model_copy(update={"smart_turn": False, "max_silence_secs": 0.3})
+    asr_settings = settings.asr.model_copy(update=asr)
+    return settings.model_copy(update={"turn": turn, "asr": asr_settings})
+
+
+class ContextSpy:
+    """The real decoder, noting the context each pass was given."""
+
+    def __init__(self, decoder: WhisperDecoder) -> None:
+        self.decoder, self.contexts = decoder, []
+
+    def transcribe(self, audio, *args, context=None, **kwargs):
+        self.contexts.append(context)
+        return self.decoder.transcribe(audio, *args, context=context, **kwargs)
+
+
+@needs_corpus
+@pytest.mark.slow
+def test_a_sentence_split_at_its_pauses_is_heard_as_one(decoder, settings):
+    turn = ReplayTurn(RAINBOW.name, load_audio(RAINBOW, RATE))
+    spy = ContextSpy(decoder)
+    events = asyncio.run(transcribe_stream(spy, turn, vad_only_turns(settings), ComputeClock()))
+    finals = [e.text for e in events if e.kind == "final"]
+    assert len(finals) == 3, finals  # the case under test: two pauses ended turns
+    # the later turns' passes read the turn before them, its closing full stop left off
+    prefixes = {c.prefix for c in spy.contexts if c is not None}
+    assert prefixes == {f.rstrip(".") for f in finals[:2]}, (prefixes, finals)
+    assert normalise(finals[1]).startswith("the result is"), finals
+    assert wer(RAINBOW_TEXT, " ".join(finals)) <= 0.06, finals  # a word at most (offline: 2)
+
+    cold = ContextSpy(decoder)
+    off = vad_only_turns(settings, context_gap_secs=None)
+    alone = asyncio.run(transcribe_stream(cold, turn, off, ComputeClock()))
+    assert len([e for e in alone if e.kind == "final"]) == 3
+    assert cold.contexts and not any(cold.contexts)  # null: every turn heard alone

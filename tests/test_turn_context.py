@@ -38,8 +38,12 @@ def pcm(secs: float, value: int = 1000) -> bytes:
     return np.full(int(secs * RATE), value, dtype=np.int16).tobytes()
 
 
+def sound(secs: float) -> np.ndarray:
+    return np.full(int(secs * RATE), 0.03, dtype=np.float32)
+
+
 def test_a_turn_soon_after_the_last_reads_it_with_the_silence_between():
-    previous = _PreviousTurn(pcm(2.0), "the red of the second bow,", ended_at=10 * RATE)
+    previous = _PreviousTurn(sound(2.0), "the red of the second bow,", ended_at=10 * RATE)
     # the new turn's audio (its pre-roll) starts 0.5 s after the last one ended
     context = previous.context(lead_starts_at=int(10.5 * RATE), now=11 * RATE, gap_secs=2.0)
     assert context is not None
@@ -50,16 +54,26 @@ def test_a_turn_soon_after_the_last_reads_it_with_the_silence_between():
 
 
 def test_a_pre_roll_reaching_into_the_last_turn_is_not_read_twice():
-    previous = _PreviousTurn(pcm(2.0), "yes", ended_at=10 * RATE)
+    previous = _PreviousTurn(sound(2.0), "yes", ended_at=10 * RATE)
     context = previous.context(lead_starts_at=int(9.8 * RATE), now=int(10.4 * RATE), gap_secs=2.0)
     assert context is not None and len(context.audio) == int(1.8 * RATE)
 
 
 def test_a_turn_long_after_the_last_or_after_a_long_one_is_heard_alone():
-    previous = _PreviousTurn(pcm(2.0), "yes", ended_at=10 * RATE)
+    previous = _PreviousTurn(sound(2.0), "yes", ended_at=10 * RATE)
     assert previous.context(int(12 * RATE), now=int(12.6 * RATE), gap_secs=2.0) is None
-    long = _PreviousTurn(pcm(CONTEXT_MAX_SECS + 1), "a long turn", ended_at=10 * RATE)
+    long = _PreviousTurn(sound(CONTEXT_MAX_SECS + 1), "a long turn", ended_at=10 * RATE)
     assert long.context(int(10.2 * RATE), now=int(10.8 * RATE), gap_secs=2.0) is None
+
+
+def test_a_turn_with_no_words_stays_in_the_audio_the_next_one_reads():
+    """"peas" alone is too short to tell from a noise: the turn after it may hear it."""
+    previous = _PreviousTurn(sound(2.0), "six spoons of fresh snow", ended_at=10 * RATE)
+    joined = previous.then_no_words(sound(0.8), starts_at=int(10.2 * RATE), ended_at=11 * RATE)
+    context = joined.context(lead_starts_at=int(11.5 * RATE), now=12 * RATE, gap_secs=2.0)
+    assert context is not None and context.prefix == "six spoons of fresh snow"
+    assert len(context.audio) == int(3.5 * RATE)  # 2.0 + 0.2 silence + 0.8 + 0.5 silence
+    assert np.all(context.audio[int(2.2 * RATE) : int(3.0 * RATE)] > 0)
 
 
 def test_the_previous_words_lose_the_full_stop_recognition_put_at_the_pause():

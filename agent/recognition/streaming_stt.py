@@ -93,21 +93,33 @@ class _PreviousTurn:
     """The caller's last turn as the next one may read it: its audio since its last trim,
     the words heard in that audio, and where in the call's input it ended."""
 
-    def __init__(self, pcm: bytes, text: str, ended_at: int) -> None:
-        self.pcm = pcm
+    def __init__(self, audio: np.ndarray, text: str, ended_at: int) -> None:
+        self.audio = audio  # float32
         self.text = text
         self.ended_at = ended_at
 
+    def _up_to(self, starts_at: int) -> np.ndarray:
+        """This turn's audio, then silence until ``starts_at`` (input samples), where the
+        next turn's audio begins; cut there if that audio reaches back into this turn. What
+        lay between is silence to the decoder (it may be the bot's echo)."""
+        gap = starts_at - self.ended_at
+        if gap >= 0:
+            return np.concatenate([self.audio, np.zeros(gap, np.float32)])
+        return self.audio[:gap]
+
     def context(self, lead_starts_at: int, now: int, gap_secs: float) -> Context | None:
-        """The context of a turn whose audio starts at ``lead_starts_at`` (input samples),
-        opened at ``now``: None when it opened more than ``gap_secs`` after this turn ended.
-        What lay between the two is silence to the decoder (it may be the bot's echo)."""
-        if now - self.ended_at > gap_secs * RATE or len(self.pcm) > CONTEXT_MAX_SECS * RATE * 2:
+        """The context of a turn whose audio starts at ``lead_starts_at``, opened at
+        ``now``: None when it opened more than ``gap_secs`` after this turn ended."""
+        if now - self.ended_at > gap_secs * RATE or len(self.audio) > CONTEXT_MAX_SECS * RATE:
             return None
-        pcm = np.frombuffer(self.pcm, dtype=np.int16).astype(np.float32) / 32768.0
-        gap = lead_starts_at - self.ended_at
-        audio = np.concatenate([pcm, np.zeros(gap, np.float32)]) if gap >= 0 else pcm[:gap]
+        audio = self._up_to(lead_starts_at)
         return Context(self.text, audio) if len(audio) else None
+
+    def then_no_words(self, audio: np.ndarray, starts_at: int, ended_at: int) -> _PreviousTurn:
+        """This turn, followed by one in which recognition heard no word: a word too short
+        to be told from a noise alone ("peas" after "six spoons of fresh snow") stays in the
+        audio the next turn reads, which may hear it there."""
+        return _PreviousTurn(np.concatenate([self._up_to(starts_at), audio]), self.text, ended_at)
 
 
 class StreamingWhisperSTT(FrameProcessor):
@@ -136,6 +148,7 @@ class StreamingWhisperSTT(FrameProcessor):
         self._heard_only_noise = False  # the latest pause transcript of the turn had no word
         self._overlap: bytearray | None = None  # a voice over the bot: its audio so far
         self._previous: _PreviousTurn | None = None  # the last turn with words
+        self._turn_starts_at = 0  # where the current turn's audio starts in the input
 
     # -- frames -----------------------------------------------------------------------------
 
@@ -184,9 +197,9 @@ class StreamingWhisperSTT(FrameProcessor):
         self._overlap = None
         context = None
         gap_secs = self._settings.context_gap_secs
+        self._turn_starts_at = self._received - len(lead) // 2
         if self._previous is not None and gap_secs is not None:
-            starts = self._received - len(lead) // 2
-            context = self._previous.context(starts, self._received, gap_secs)
+            context = self._previous.context(self._turn_starts_at, self._received, gap_secs)
         self._utt = Utterance(bytes(lead), context, self._short_secs)
         self._since_pass = 0
         self._interim = ""
@@ -299,13 +312,13 @@ class StreamingWhisperSTT(FrameProcessor):
     async def _report_overlap(self) -> None:
         """The words of the voice over the bot, upstream to the turn detector ("" for none,
         or when the pass fails: the detector then goes by the voice's length alone)."""
-        audio = np.frombuffer(bytes(self._overlap or b""), dtype=np.int16)
+        audio = _floats(bytes(self._overlap or b""))
         text = ""
         if len(audio):
             loop = asyncio.get_running_loop()
             try:
                 result: Pass = await loop.run_in_executor(
-                    self._executor, self._decoder.transcribe, audio.astype(np.float32) / 32768.0
+                    self._executor, self._decoder.transcribe, audio
                 )
                 # the overlap is heard at most a barge-in window long: always a short sound
                 text = heard_words(result.text, result.no_speech_prob, short=True)
@@ -336,8 +349,15 @@ class StreamingWhisperSTT(FrameProcessor):
         assert utt is not None
         text, ready_ms = await self._final_pass(utt)  # noise is not a turn to answer: ""
         logger.debug(f"{self}: final over {utt.secs:.2f} s: {text!r}")
-        own = utt.own_words(text)
-        self._previous = _PreviousTurn(utt.pcm, own, self._received) if own else None
+        own, audio = utt.own_words(text), _floats(utt.pcm)
+        if own:
+            self._previous = _PreviousTurn(audio, own, self._received)
+        elif self._previous is not None and utt.has_context:
+            self._previous = self._previous.then_no_words(
+                audio, self._turn_starts_at, self._received
+            )
+        else:
+            self._previous = None
         await self.push_frame(TimelineEventFrame(event="stt_final", at_ms=ready_ms))
         await self.push_frame(
             TranscriptionFrame(
@@ -348,6 +368,10 @@ class StreamingWhisperSTT(FrameProcessor):
     async def cleanup(self) -> None:
         await super().cleanup()
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _floats(pcm: bytes) -> np.ndarray:
+    return np.frombuffer(pcm, dtype=np.int16).astype(np.float32) / 32768.0
 
 
 def _iso_now() -> str:

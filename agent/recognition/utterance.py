@@ -147,6 +147,10 @@ class Utterance:
         return " ".join(self.committed)
 
     @property
+    def has_context(self) -> bool:
+        return self._context is not None
+
+    @property
     def pcm(self) -> bytes:
         """The turn's own audio since the last trim."""
         return bytes(self._pcm)

@@ -192,8 +192,9 @@ def test_a_greeting_before_the_question_does_not_end_the_turn(tmp_path: Path):
     """Piper says "Hi there, how are you today?" with 0.3 s of silence after "Hi there",
     which Smart Turn scores 0.98 (a finished turn): an opener alone waits for 0.6 s, and
     the question comes first. Synthesised speech: Piper's voice, made here. Whisper tiny
-    drops the "how" after the pause on some CPUs' arithmetic (and here under a whisper of
-    noise), so the words asserted are the turn's two ends, which a split would part."""
+    drops the "how" after the pause, or hears "Hi" as "I", on some CPUs' arithmetic (and
+    here under a whisper of noise), so the words asserted are the opener's last and the
+    question's last, which a split would part."""
     settings = Settings()
     voice = PiperVoiceModel.from_settings(settings.tts, settings.models_dir)
     silence = np.zeros(RATE // 2, dtype=np.int16)
@@ -201,4 +202,4 @@ def test_a_greeting_before_the_question_does_not_end_the_turn(tmp_path: Path):
     sf.write(tmp_path / "hi.wav", np.concatenate([silence, speech, silence]), RATE)
     finals, ends = heard(str(tmp_path / "hi.wav"))
     assert len(finals) == len(ends) == 1, (finals, ends)
-    assert "hi" in finals[0].lower() and "today" in finals[0].lower(), finals
+    assert "there" in finals[0].lower() and "today" in finals[0].lower(), finals

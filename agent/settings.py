@@ -182,6 +182,13 @@ class TurnSettings(BaseModel):
     max_silence_secs: float = Field(
         1.5, gt=0, description="silence after which the turn ends whatever the detector says"
     )
+    continuation_secs: float | None = Field(
+        2.0,
+        ge=0,
+        description="a turn whose speech starts within this many seconds of the caller's "
+        "previous turn's end goes on from it: Smart Turn hears both (at most its 8 s); null: "
+        "each turn alone",
+    )
 
 
 class Example(BaseModel):

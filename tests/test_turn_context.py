@@ -3,6 +3,8 @@
 Whisper, cold at the start of a window, drops or mishears the first words of a sentence it
 joins mid-way ("there is also to give a bow" for "the result is to give a bow"); the next
 turn's passes read the previous turn's audio and words first and give only the new words.
+Smart Turn, hearing only the words after a pause, hears a clause that sounds whole; it hears
+the sentence from its start instead.
 """
 
 from __future__ import annotations
@@ -11,11 +13,19 @@ import asyncio
 
 import numpy as np
 import pytest
+from pipecat.frames.frames import (
+    BotStartedSpeakingFrame,
+    BotStoppedSpeakingFrame,
+    Frame,
+    TranscriptionFrame,
+)
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from agent import model_store
 from agent.audio import load_audio
 from agent.clock import ComputeClock
 from agent.recognition.streaming_stt import CONTEXT_MAX_SECS, _PreviousTurn
+from agent.recognition.turn_detector import TurnDetector
 from agent.recognition.utterance import Utterance
 from agent.recognition.whisper_decoder import RATE, Context, WhisperDecoder
 from agent.tools.transcribe import transcribe_stream
@@ -67,7 +77,7 @@ def test_a_turn_long_after_the_last_or_after_a_long_one_is_heard_alone():
 
 
 def test_a_turn_with_no_words_stays_in_the_audio_the_next_one_reads():
-    """"peas" alone is too short to tell from a noise: the turn after it may hear it."""
+    """A word like "peas", too short alone to tell from a noise: the next turn may hear it."""
     previous = _PreviousTurn(sound(2.0), "six spoons of fresh snow", ended_at=10 * RATE)
     joined = previous.then_no_words(sound(0.8), starts_at=int(10.2 * RATE), ended_at=11 * RATE)
     context = joined.context(lead_starts_at=int(11.5 * RATE), now=12 * RATE, gap_secs=2.0)
@@ -158,3 +168,63 @@ def test_a_sentence_split_at_its_pauses_is_heard_as_one(decoder, settings):
     alone = asyncio.run(transcribe_stream(cold, turn, off, ComputeClock()))
     assert len([e for e in alone if e.kind == "final"]) == 3
     assert cold.contexts and not any(cold.contexts)  # null: every turn heard alone
+
+
+@needs_corpus
+@pytest.mark.slow
+def test_smart_turn_hears_a_turn_that_goes_on_with_the_one_before_it(decoder, settings):
+    """The rainbow's arch, "These take the shape of a long round arch, [0.6 s] with its path
+    high above, [0.8 s] and its two ends ...": after a turn ended at the first pause, Smart
+    Turn scored the second 0.9 hearing "with its path high above" alone, 0.02-0.08 hearing
+    the sentence from its start."""
+    clip = CORPUS / "pauses" / "vctk_p226_008.wav"
+    turn = ReplayTurn(clip.name, load_audio(clip, RATE))
+    events = asyncio.run(transcribe_stream(decoder, turn, settings, ComputeClock()))
+    finals = [normalise(e.text) for e in events if e.kind == "final"]
+    assert any("path" in f and "horizon" in f for f in finals), finals
+
+
+class HeardOut(FrameProcessor):
+    """A stand-in for the bot (named a fake: no LLM or voice here): answers each final
+    transcript at once and is heard to the end (the bot's start and stop, sent upstream)."""
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        await self.push_frame(frame, direction)
+        if isinstance(frame, TranscriptionFrame):
+            await self.push_frame(BotStartedSpeakingFrame(), FrameDirection.UPSTREAM)
+            await self.push_frame(BotStoppedSpeakingFrame(), FrameDirection.UPSTREAM)
+
+
+@needs_corpus
+@pytest.mark.slow
+@pytest.mark.parametrize("answered", [False, True], ids=["went_on", "after_an_answer"])
+def test_a_turn_after_an_answer_heard_out_is_a_new_turn(decoder, settings, answered, monkeypatch):
+    """ "A golden fortune and a happy life." then, about a second later, "We also need a small
+    plastic snake ...": with no answer between, the caller went on (recognition and Smart
+    Turn read the first turn too); after an answer heard to its end, the second is a new
+    turn, heard and judged alone (one-word replies of `short/` judged with the turn before
+    the answer waited for the silence fallback)."""
+    clips = ["main/librispeech_61-70968-0002.wav", "main/vctk_p232_004.wav"]
+    turns = [ReplayTurn(c, load_audio(CORPUS / c, RATE)) for c in clips]
+    spans_secs = []  # how much audio each turn's Smart Turn window starts from
+    open_turn = TurnDetector._open_turn
+
+    async def noting(detector: TurnDetector, start: float) -> None:
+        await open_turn(detector, start)
+        spans_secs.append((detector._heard - detector._turn_from) / RATE)
+
+    monkeypatch.setattr(TurnDetector, "_open_turn", noting)
+    spy = ContextSpy(decoder)
+    bot = [HeardOut()] if answered else []
+    events = asyncio.run(transcribe_stream(spy, turns, settings, ComputeClock(), bot))
+    finals = [e.text for e in events if e.kind == "final"]
+    assert len(finals) == 2 and "snake" in normalise(finals[1]), finals
+    first_secs = len(turns[0].samples) / RATE
+    final_pass = spy.contexts[-1]  # the second turn's final pass
+    if answered:
+        assert spans_secs[1] < 1.0, spans_secs
+        assert final_pass is None
+    else:
+        assert spans_secs[1] > first_secs / 2, spans_secs
+        assert final_pass is not None and "fortune" in final_pass.text.lower()

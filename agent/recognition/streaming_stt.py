@@ -15,9 +15,10 @@ after it, otherwise a fresh pass runs. Audio before the VAD start is kept (pre-r
 first word is lost. Long turns are committed and trimmed by ``Utterance`` (see utterance.py).
 A voice over the bot (``HoldBotAudioFrame``) is kept from the hold on: asked
 (``OverlapCheckFrame``), one pass over it tells the turn detector its words, and a barge-in's
-turn starts with it. A turn that starts within ``context_gap_secs`` of the previous one's end
-is the caller going on after a pause: its passes read the previous turn's audio and words
-first (``Context``), as one pass over both would, and give only the new words.
+turn starts with it. A turn that starts within ``context_gap_secs`` of the previous one's end,
+with no answer heard to its end in between, is the caller going on after a pause: its passes
+read the previous turn's audio and words first (``Context``), as one pass over both would,
+and give only the new words.
 
 A decoder failure never ends the call: it is reported once per turn as a
 ``StageErrorFrame(stage="stt")``, interims skip it, and a failed final pass finishes the turn
@@ -34,6 +35,7 @@ from datetime import UTC, datetime
 import numpy as np
 from loguru import logger
 from pipecat.frames.frames import (
+    BotStoppedSpeakingFrame,
     Frame,
     InputAudioRawFrame,
     InterimTranscriptionFrame,
@@ -156,6 +158,9 @@ class StreamingWhisperSTT(FrameProcessor):
         await super().process_frame(frame, direction)
         await self.push_frame(frame, direction)
         if direction != FrameDirection.DOWNSTREAM:
+            if isinstance(frame, BotStoppedSpeakingFrame) and self._utt is None:
+                if self._overlap is None:  # the caller heard the answer out: a new turn
+                    self._previous = None
             return
         if isinstance(frame, InputAudioRawFrame):
             self._on_audio(frame.audio)

@@ -18,6 +18,10 @@ Frames out (audio passes straight through first, so recognition never waits on u
   ``max_silence_secs``. Both are checked as each audio frame arrives (which lets benchmarks
   run the detector faster than real time), the fallback on the wall clock too (a client may
   stop sending audio while it waits for the answer).
+
+A turn whose speech starts within ``continuation_secs`` of the previous turn's end, with no
+answer heard to its end in between, goes on from it: Smart Turn hears both, as it would have
+had the first pause not ended the turn.
 """
 
 from __future__ import annotations
@@ -235,6 +239,7 @@ class TurnDetector(FrameProcessor):
         # What Smart Turn hears: the turn and its lead-in, at most the last 8 s.
         self._recent = RecentAudio(rate, SMART_TURN_MAX_SECS * 1000)
         self._turn_from = 0  # the input sample where the open turn's speech began
+        self._last_turn: tuple[int, int] | None = None  # the last turn's first and end sample
         self._silence_started: float | None = None
         self._speech_started_ms = 0.0  # where the open turn's speech began
         self._barge_in_from: float | None = None  # voice over the bot, not yet a barge-in
@@ -269,6 +274,8 @@ class TurnDetector(FrameProcessor):
             self._bot_speaking = True
         elif isinstance(frame, BotStoppedSpeakingFrame):
             self._bot_speaking = False
+            if not self._in_turn and self._barge_in_from is None:
+                self._last_turn = None  # the caller heard the answer out: next is a new turn
             if self._holding:  # it had nothing left to say: the output must not stay held
                 self._holding = False
                 await self.push_frame(HoldBotAudioFrame(hold=False))
@@ -447,6 +454,11 @@ class TurnDetector(FrameProcessor):
         self._in_turn = True
         self._speech_started_ms = start
         self._turn_from = self._heard - round((self._clock.now_ms() - start) * self._rate / 1000)
+        gap = self._settings.continuation_secs
+        if self._last_turn is not None and gap is not None:
+            first, ended = self._last_turn
+            if self._turn_from - ended <= gap * self._rate:
+                self._turn_from = first  # it goes on from the last one: Smart Turn hears both
         self._holding = False  # confirmed: the interruption below flushes the held audio
         await self.push_frame(TimelineEventFrame(event="speech_start", at_ms=start, exact=False))
         if self._bot_speaking:
@@ -603,6 +615,7 @@ class TurnDetector(FrameProcessor):
         self._verdict = None
         words = None if self._words_end is None else round(self._words_end, 4)
         await self.push_frame(TurnEndReasonFrame(reason=reason, value=value, words=words))
+        self._last_turn = (self._turn_from, self._heard)
         self._in_turn = False
         self._fallback_at_ms = None
         self._rejudge_at = []

@@ -11,6 +11,7 @@ time it appeared.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -92,9 +93,11 @@ async def transcribe_stream(
     turn: ReplayTurn | list[ReplayTurn],
     settings: Settings,
     clock: CallClock | None = None,
+    after_recognition: Sequence[FrameProcessor] = (),
 ) -> list[TranscriptEvent]:
     """Play files (one call, one turn each) through turn detection and streaming recognition
-    at real-time pace (event times on ``clock``, a new call clock by default)."""
+    at real-time pace (event times on ``clock``, a new call clock by default);
+    ``after_recognition``: processors between recognition and the transcripts' collector."""
     turns = turn if isinstance(turn, list) else [turn]
     clock = clock or CallClock()
     events: list[TranscriptEvent] = []
@@ -103,6 +106,7 @@ async def transcribe_stream(
             ReplayInput(turns, clock, CallRecorder(RATE), rate=RATE, answer_timeout_secs=5),
             TurnDetector(settings.turn, TurnModels.load(), clock, rate=RATE),
             StreamingWhisperSTT(decoder, settings.asr, clock, rate=RATE),
+            *after_recognition,
             TranscriptCollector(" + ".join(t.name for t in turns), clock, events),
         ]
     )

@@ -11,6 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pipecat.frames.frames import (
+    BotStartedSpeakingFrame,
+    BotStoppedSpeakingFrame,
+    Frame,
+    TranscriptionFrame,
+)
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from agent.clock import CallRecorder
 from agent.llm.engines import GREEDY, Sampling, Usage
@@ -151,3 +158,15 @@ def scripted_run(out: Path, budget: Budget) -> Path:
     (out / "summary.json").write_text(json.dumps(summarize(records, budget), indent=2) + "\n")
     recorder.save(out / "call.wav")
     return out
+
+
+class HeardOut(FrameProcessor):
+    """A stand-in for the bot (named a fake: no LLM or voice here): answers each final
+    transcript at once and is heard to the end (the bot's start and stop, sent upstream)."""
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        await self.push_frame(frame, direction)
+        if isinstance(frame, TranscriptionFrame):
+            await self.push_frame(BotStartedSpeakingFrame(), FrameDirection.UPSTREAM)
+            await self.push_frame(BotStoppedSpeakingFrame(), FrameDirection.UPSTREAM)

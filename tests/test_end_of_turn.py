@@ -32,6 +32,7 @@ from agent.synthesis.piper_tts import PiperVoiceModel
 from agent.tools.transcribe import TranscriptCollector, TranscriptEvent
 from agent.transports.replay import ReplayInput, ReplayTurn
 from benchmarks.clips import CORPUS
+from tests.fakes import HeardOut
 
 
 def test_the_bar_falls_as_the_silence_grows_and_a_sentence_lowers_it():
@@ -86,11 +87,12 @@ class ReasonCollector(FrameProcessor):
 
 
 def heard(
-    clip: str | list[str], pace: str = "compute", *, words: bool = False
+    clip: str | list[str], pace: str = "compute", *, words: bool = False, answered: bool = False
 ) -> tuple[list[str], list[TurnEndReasonFrame]]:
     """Corpus clips (one call) through the turn detector and recognition (compute pace
     unless asked), and with ``words`` the conversation's LLM stage (the default model, in
-    process), which judges the words at each pause: the finals and why each turn ended."""
+    process), which judges the words at each pause; with ``answered`` a fake bot answers
+    each turn and is heard out: the finals and why each turn ended."""
     settings = Settings()
     path = model_store.resolve(settings.asr.model, "asr", settings.models_dir)
     decoder = WhisperDecoder(path, compute_type="int8", threads=2, language="en")
@@ -113,6 +115,7 @@ def heard(
             TurnDetector(settings.turn, TurnModels.load(), clock, rate=RATE, words_judged=words),
             StreamingWhisperSTT(decoder, settings.asr, clock, rate=RATE),
             *llm,
+            *([HeardOut()] if answered else []),
             ReasonCollector(ends),
             TranscriptCollector(clips[0], clock, events),
         ]
@@ -167,12 +170,13 @@ def test_a_finished_sentence_ends_the_turn_without_the_silence_fallback(clip):
 @pytest.mark.slow
 @needs_corpus
 def test_a_one_word_answer_after_an_earlier_turn_ends_without_the_fallback():
-    """Smart Turn hears the turn and its lead-in, not the caller's previous turn: with
-    "A golden fortune and a happy life." 5 s earlier in its window, "Yes." scored under the
+    """Smart Turn hears the turn and its lead-in, not the caller's turn before the bot's
+    answer: with "A golden fortune and a happy life." in its window, "Yes." scored under the
     bar at every judgement and waited 1.5 s for the fallback (5 of the 19 one-word clips of
     `short/` did in the corpus eval); alone it scores 0.76."""
     finals, ends = heard(
-        ["main/librispeech_61-70968-0002.wav", "short/sc_yes_6a27a9bf_nohash_0.wav"]
+        ["main/librispeech_61-70968-0002.wav", "short/sc_yes_6a27a9bf_nohash_0.wav"],
+        answered=True,
     )
     assert len(finals) == 2 and "yes" in finals[1].lower(), finals
     assert [e.reason for e in ends].count("max_silence") == 0, ends

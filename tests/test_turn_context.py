@@ -13,13 +13,6 @@ import asyncio
 
 import numpy as np
 import pytest
-from pipecat.frames.frames import (
-    BotStartedSpeakingFrame,
-    BotStoppedSpeakingFrame,
-    Frame,
-    TranscriptionFrame,
-)
-from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from agent import model_store
 from agent.audio import load_audio
@@ -32,6 +25,7 @@ from agent.tools.transcribe import transcribe_stream
 from agent.transports.replay import ReplayTurn
 from benchmarks.clips import CORPUS
 from tests.conftest import normalise, wer
+from tests.fakes import HeardOut
 
 # "If the red of the second bow falls upon the green of the first, [0.44 s] the result is to
 # give a bow with an abnormally wide yellow band, [0.56 s] since red and green light when
@@ -182,18 +176,6 @@ def test_smart_turn_hears_a_turn_that_goes_on_with_the_one_before_it(decoder, se
     events = asyncio.run(transcribe_stream(decoder, turn, settings, ComputeClock()))
     finals = [normalise(e.text) for e in events if e.kind == "final"]
     assert any("path" in f and "horizon" in f for f in finals), finals
-
-
-class HeardOut(FrameProcessor):
-    """A stand-in for the bot (named a fake: no LLM or voice here): answers each final
-    transcript at once and is heard to the end (the bot's start and stop, sent upstream)."""
-
-    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
-        await super().process_frame(frame, direction)
-        await self.push_frame(frame, direction)
-        if isinstance(frame, TranscriptionFrame):
-            await self.push_frame(BotStartedSpeakingFrame(), FrameDirection.UPSTREAM)
-            await self.push_frame(BotStoppedSpeakingFrame(), FrameDirection.UPSTREAM)
 
 
 @needs_corpus

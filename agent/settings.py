@@ -89,9 +89,9 @@ class ASRSettings(BaseModel):
     context_gap_secs: float | None = Field(
         2.0,
         ge=0,
-        description="a turn that opens within this many seconds of the caller's previous one "
-        "is heard after it (its audio and words), as the same sentence going on; null: "
-        "every turn alone",
+        description="a turn that opens within this many seconds of the caller's previous one, "
+        "with no answer heard to its end between, is heard after it (its audio and words), as "
+        "the same sentence going on; null: every turn alone",
     )
 
 
@@ -186,8 +186,8 @@ class TurnSettings(BaseModel):
         2.0,
         ge=0,
         description="a turn whose speech starts within this many seconds of the caller's "
-        "previous turn's end goes on from it: Smart Turn hears both (at most its 8 s); null: "
-        "each turn alone",
+        "previous turn's end, with no answer heard to its end between, goes on from it: Smart "
+        "Turn hears both (at most its 8 s); null: each turn alone",
     )
 
 

@@ -158,9 +158,9 @@ class StreamingWhisperSTT(FrameProcessor):
         await super().process_frame(frame, direction)
         await self.push_frame(frame, direction)
         if direction != FrameDirection.DOWNSTREAM:
-            if isinstance(frame, BotStoppedSpeakingFrame) and self._utt is None:
-                if self._overlap is None:  # the caller heard the answer out: a new turn
-                    self._previous = None
+            heard_out = self._utt is None and self._overlap is None
+            if isinstance(frame, BotStoppedSpeakingFrame) and heard_out:
+                self._previous = None  # the caller heard the answer out: a new turn
             return
         if isinstance(frame, InputAudioRawFrame):
             self._on_audio(frame.audio)

@@ -223,6 +223,14 @@ class LLMSettings(BaseModel):
         SecretStr("not-needed"), description="the OpenAI-compatible server's key (a secret)"
     )
     threads: int = Field(2, ge=1)
+    server_slots: int | None = Field(
+        None,
+        ge=1,
+        description="answers the llama.cpp server the agent starts decodes at once: 1, "
+        "llama-cpp-python's server (one at a time); more, llama.cpp's own llama-server "
+        "(continuous batching; installed by scripts/setup.sh --pool); None: one per "
+        "voice-agent pool worker where llama-server is installed, else 1",
+    )
     context_size: int = Field(2048, ge=256)
     max_tokens: int = Field(48, ge=1, description="spoken answers are short")
     max_sentences: int = Field(

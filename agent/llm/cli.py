@@ -107,7 +107,7 @@ def serve(
             raise UserError("--gpu-memory-utilization is a vLLM flag, not llama-server's")
         gguf = model_store.resolve(s.model, "llm", settings.models_dir)
         llama = LlamaServer(gguf, s, port=port)
-        if python is not None and llama.slots > 1:
+        if python is not None and llama.native:
             raise UserError("--python runs llama-cpp-python's server, which has one slot: "
                             "leave it out with llm.server_slots > 1")  # fmt: skip
         cmd, name = _llama_command(llama.command(), host, python), gguf.stem

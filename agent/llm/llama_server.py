@@ -53,9 +53,14 @@ class LlamaServer(LocalServer):
     def slots(self) -> int:
         return self.settings.server_slots or 1
 
+    @property
+    def native(self) -> bool:
+        """Whether this is llama.cpp's own server (more than one slot), not llama-cpp-python's."""
+        return self.slots > 1
+
     def command(self) -> list[str]:
         s = self.settings
-        if self.slots > 1:
+        if self.native:
             return self._native_command()
         return [
             sys.executable, "-m", "llama_cpp.server",
@@ -90,7 +95,7 @@ class LlamaServer(LocalServer):
     @property
     def key_variable(self) -> str:
         """The environment variable the server reads its API key from."""
-        return "LLAMA_API_KEY" if self.slots > 1 else "API_KEY"
+        return "LLAMA_API_KEY" if self.native else "API_KEY"
 
     def start(self) -> LlamaServer:
         # The same log file on a restart; the key in the environment, which its settings read.

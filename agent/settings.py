@@ -51,7 +51,9 @@ EXAMPLES = (
         "That is annoying. Did it make you late for anything?",
     ),
 )
-RETRY_NOTE = "Answer the caller again in new words, repeating nothing that was said before."
+# Said without "the caller": told to "answer the caller again", the model answered in the
+# third person, reading the caller's words back ("The caller could scoop these things ...").
+RETRY_NOTE = "Say something new in your own words and ask a short question about it."
 # Said in turn, so that a call that needs the fallback twice does not hear the same words twice.
 FALLBACK_LINES = (
     "Sorry, I lost my train of thought. Could you say that again?",
@@ -260,7 +262,7 @@ class LLMSettings(BaseModel):
     examples: list[Example] = Field(
         [Example(caller=c, answer=a) for c, a in EXAMPLES],
         description="example exchanges sent after the system prompt, as if earlier in the "
-        "call (static, so cached with it); the bot never says their answers itself; [] none",
+        "call (static, so cached with it); the bot never says their lines itself; [] none",
     )
     greeting: str = Field(
         GREETING, description="spoken first when a live call starts (replay: --greeting); '' none"

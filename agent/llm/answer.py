@@ -85,6 +85,12 @@ def _close(words: list[str], before: list[str]) -> bool:
     return 2 * (matched + rest) / (len(words) + rest + len(before)) >= SIMILAR
 
 
+def _whole_words(partial: str) -> list[str]:
+    """The words of a sentence in progress, without its last one when that may be half a
+    word ("gre" of "greasy")."""
+    return normalise(partial).split()[: None if partial[-1:].isspace() else -1]
+
+
 def has_loop(text: str) -> bool:
     """A phrase repeated inside ``text``: two words or more back to back, or
     ``LOOP_MIN_WORDS`` words anywhere."""
@@ -215,8 +221,7 @@ class AnswerEditor:
         words = normalise(partial)
         if not words:
             return True  # no word yet (an opening bracket or quote): wait for one
-        # The last word may be half a word ("gre" of "greasy"): judge the whole ones.
-        whole = words.split()[: None if partial[-1:].isspace() else -1]
+        whole = _whole_words(partial)
         for b in self._said_before():
             if b.startswith(words) or (len(b.split()) >= 3 and words.startswith(b + " ")):
                 return True
@@ -261,6 +266,13 @@ class AnswerEditor:
             self.cut = "loop"  # the rest of the loop is not said
             self.spoken.append(self._pending[: self._released])
             self._pending, self._released = "", 0
+            return Edit(out, Verdict.STOP if self.text.strip() else Verdict.REGENERATE)
+        if not self._released and reads_back(" ".join(_whole_words(self._pending)), self._heard):
+            # Held, and already reading the caller's words back: its end can only drop it,
+            # so decoding stops now rather than after the rest of the caller's sentence.
+            self.cut = "repeat"
+            self.skipped += 1
+            self._pending = ""
             return Edit(out, Verdict.STOP if self.text.strip() else Verdict.REGENERATE)
         if not self._held(self._pending):
             out += self._pending[self._released :]

@@ -261,7 +261,9 @@ class StreamingLLM(FrameProcessor):
         """
         s = self._settings
         said = [str(m.get("content") or "") for m in history if m.get("role") == "assistant"]
-        examples = [e.answer for e in s.examples]  # copied word for word, they fit nothing
+        # The examples' lines, either side, fit no real caller: said back word for word
+        # they are nonsense ("I had a really long day today." to a caller's statement).
+        examples = [line for e in s.examples for line in (e.caller, e.answer)]
         heard = str(history[-1].get("content") or "")
         editor = AnswerEditor([*examples, *said], heard, s.max_sentences)
         await self._emit(LLMFullResponseStartFrame())

@@ -55,6 +55,13 @@ EXAMPLES = (
 # third person, reading the caller's words back ("The caller could scoop these things ...").
 RETRY_NOTE = "Say something new in your own words and ask a short question about it."
 # Said in turn, so that a call that needs the fallback twice does not hear the same words twice.
+# When the model has nothing new to say to a statement, the bot heard it: asking the caller
+# to say it again would be wrong, so it acknowledges and lets them go on.
+ACKNOWLEDGEMENT_LINES = (
+    "Got it. Anything else?",
+    "I see. Tell me more.",
+    "Okay. What else is on your mind?",
+)
 FALLBACK_LINES = (
     "Sorry, I lost my train of thought. Could you say that again?",
     "I didn't quite get that. Could you put it another way?",
@@ -274,6 +281,12 @@ class LLMSettings(BaseModel):
         description="spoken when the engine fails or has nothing new to say: the first not "
         "yet said in the call (one line or a list; fallback_line is the same setting)",
     )
+    acknowledgement_lines: list[str] = Field(
+        list(ACKNOWLEDGEMENT_LINES),
+        min_length=1,
+        description="spoken when the model has nothing new to say to a caller's statement "
+        "(a question gets a fallback line): the first not yet said in the call",
+    )
     retry_note: str = Field(
         RETRY_NOTE,
         description="an instruction after the caller's words when an answer is asked again "
@@ -314,10 +327,17 @@ class LLMSettings(BaseModel):
 
         for name in ("system_prompt", "greeting"):
             object.__setattr__(self, name, named(getattr(self, name)))
-        object.__setattr__(self, "fallback_lines", [named(x) for x in self.fallback_lines])
+        for name in ("fallback_lines", "acknowledgement_lines"):
+            object.__setattr__(self, name, [named(x) for x in getattr(self, name)])
         examples = [Example(caller=named(e.caller), answer=named(e.answer)) for e in self.examples]
         object.__setattr__(self, "examples", examples)
         return self
+
+    @property
+    def set_lines(self) -> list[str]:
+        """The lines the bot says in place of the model's answer: never shown to the model
+        as its own, and what the benchmarks count as a fallback."""
+        return [*self.fallback_lines, *self.acknowledgement_lines]
 
     @property
     def opening(self) -> list[dict[str, str]]:

@@ -122,7 +122,7 @@ async def baseline_talk(
                 answer,
                 earlier,
                 s.bot_name,
-                s.fallback_lines,
+                s.set_lines,
                 ttft_ms=ttft,
             )
         )

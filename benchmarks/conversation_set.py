@@ -236,7 +236,7 @@ async def talk(
         results.append(
             judged(
                 conversation.name, i, turn, answer, earlier, settings.bot_name,
-                settings.fallback_lines,
+                settings.set_lines,
                 ttft_ms=since_request("first_token"), first_phrase_ms=since_request("first_phrase"),
                 completion_tokens=usage.completion_tokens if usage else None,
                 itl_ms=usage.itl_ms if usage else None,

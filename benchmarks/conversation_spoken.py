@@ -69,7 +69,7 @@ def graded(
         results.append(
             cs.judged(
                 conversation.name, i, turn, answer, earlier, persona.bot_name,
-                persona.fallback_lines,
+                persona.set_lines,
             )
         )  # fmt: skip
     return results

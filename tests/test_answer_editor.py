@@ -133,24 +133,30 @@ async def test_an_echo_of_the_caller_is_not_spoken():
     assert await spoken(engine, history("Hi there, how are you today?")) == "Hi there! I'm fine."
 
 
-async def test_a_repeat_on_both_tries_speaks_the_fallback_line():
+async def test_a_repeat_on_both_tries_speaks_a_set_line():
+    """Nothing new to a question: the fallback line asks again; nothing new to a statement,
+    which the bot did hear: it acknowledges instead of asking the caller to repeat it."""
     engine = ScriptedEngine("Hello there.", "Hello there.")
-    said = await spoken(engine, history("Hi.", "Hello there.", "Hi again."))
+    said = await spoken(engine, history("Hi.", "Hello there.", "Are you still there?"))
     assert said == SETTINGS.fallback_lines[0]
+    engine = ScriptedEngine("Hello there.", "Hello there.")
+    said = await spoken(engine, history("Hi.", "Hello there.", "I am still here."))
+    assert said == SETTINGS.acknowledgement_lines[0]
 
 
-async def test_an_example_answer_is_never_said_word_for_word():
-    # Copied to a caller it was not written for, it fits nothing: asked again instead.
-    example = SETTINGS.examples[0].answer
-    engine = ScriptedEngine(example, "Oh, tell me more.")
-    assert await spoken(engine, history("My cat is asleep.")) == "Oh, tell me more."
-    assert len(engine.requests) == 2
+async def test_the_example_exchanges_lines_are_never_said():
+    # Copied to a caller they were not written for, either side fits nothing: asked again.
+    example = SETTINGS.examples[0]
+    for line in (example.answer, example.caller):
+        engine = ScriptedEngine(line, "Oh, tell me more.")
+        assert await spoken(engine, history("My cat is asleep.")) == "Oh, tell me more.", line
+        assert len(engine.requests) == 2
 
 
 async def test_a_call_that_needs_the_fallback_again_hears_other_words():
     first, second, *_ = SETTINGS.fallback_lines
     engine = ScriptedEngine("Hello there.", "Hello there.")
-    said = await spoken(engine, history("Hi.", "Hello there.", "Hi?", first, "Hi again."))
+    said = await spoken(engine, history("Hi.", "Hello there.", "Hi?", first, "Hi again?"))
     assert said == second and not repeats(second, [first])
 
 
@@ -172,15 +178,6 @@ async def test_an_echo_stops_decoding_as_soon_as_it_reads_the_caller_back():
     engine = ScriptedEngine("The Norsemen were sailors who crossed the sea in open boats.")
     said = await spoken(engine, history(heard))
     assert said == "The Norsemen were sailors who crossed the sea in open boats."
-
-
-async def test_the_example_exchanges_lines_are_never_said():
-    """Either side of an example exchange said back fits no real caller."""
-    example = SETTINGS.examples[0]
-    for line in (example.caller, example.answer):
-        engine = ScriptedEngine(line, "Tell me more about it.")
-        said = await spoken(engine, history("Many ideas about the rainbow have been formed."))
-        assert said == "Tell me more about it.", line
 
 
 async def test_answers_that_diverge_at_once_are_not_held_back():

@@ -155,7 +155,7 @@ class StreamingLLM(FrameProcessor):
 
     def _prompt(self, history: list[dict]) -> list[dict]:
         s = self._settings
-        return prompt_messages(s.opening, history, s.history_turns, s.fallback_lines)
+        return prompt_messages(s.opening, history, s.history_turns, s.set_lines)
 
     async def _cancel(self) -> bool:
         """Stop the answer in progress, if any; True when there was one."""
@@ -315,13 +315,17 @@ class StreamingLLM(FrameProcessor):
             sampling = replace(self._sampling, temperature=temperature)
             verdict, usage = await self._stream_edited(retry, editor, arrivals, sampling)
         if not editor.text.strip():  # nothing new to say
-            await self._emit(LLMTextFrame(text=self._fallback(said)))
+            heard = str(messages[-1].get("content") or "")
+            asked = heard.rstrip().endswith("?")
+            lines = None if asked else self._settings.acknowledgement_lines
+            await self._emit(LLMTextFrame(text=self._fallback(said, lines)))
         return usage
 
-    def _fallback(self, said: list[str]) -> str:
-        """The first fallback line this call has not heard yet (the first one again when it
-        heard them all): the same words twice sound like a machine stuck."""
-        lines = self._settings.fallback_lines
+    def _fallback(self, said: list[str], lines: list[str] | None = None) -> str:
+        """The first of ``lines`` (the fallback lines by default) this call has not heard yet
+        (the first one again when it heard them all): the same words twice sound like a
+        machine stuck."""
+        lines = lines or self._settings.fallback_lines
         return next((line for line in lines if not repeats(line, said)), lines[0])
 
     async def _stream_edited(
@@ -365,6 +369,6 @@ class StreamingLLM(FrameProcessor):
         next turn finds it cached. A new turn cancels this at once.
         """
         s = self._settings
-        upcoming = prefix_after_trim(s.opening, history, answer, s.history_turns, s.fallback_lines)
+        upcoming = prefix_after_trim(s.opening, history, answer, s.history_turns, s.set_lines)
         if upcoming is not None:
             await self._complete_quietly(upcoming)

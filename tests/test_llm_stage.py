@@ -472,7 +472,8 @@ async def test_an_engine_failing_mid_answer_ends_it_with_the_fallback_and_the_er
         frames_to_send=[pf.LLMContextFrame(context=context("Hello?")), SleepFrame(sleep=0.05)],
     )
     texts = [f.text for f in down if isinstance(f, pf.LLMTextFrame)]
-    assert texts == [*ANSWER[:3], " " + settings.llm.fallback_lines[0]]
+    # (how the first words are grouped into frames is the editor's business)
+    assert "".join(texts) == "".join(ANSWER[:3]) + " " + settings.llm.fallback_lines[0]
     (usage,) = [f for f in down if isinstance(f, af.LLMUsageFrame)]
     assert usage.error == "llm (scripted): RuntimeError: injected engine fault"
     assert isinstance(down[-1], pf.LLMFullResponseEndFrame)

@@ -80,7 +80,8 @@ def llm_engine(settings: Settings) -> Iterator[ChatEngine]:
     if s.engine == "openai":
         if not s.base_url:
             raise UserError("llm.engine is 'openai' but no llm.base_url is set: pass --llm-url")
-        yield failover_engine(OpenAIChatEngine(s.base_url, s.model, s), s)
+        engine = OpenAIChatEngine(s.base_url, s.model, s, server=s.base_url_server)
+        yield failover_engine(engine, s)
         return
     if s.engine == "vllm":  # vLLM's OpenAI server from .venv-vllm, on loopback
         with VllmServer(s, settings.models_dir) as vllm:

@@ -223,6 +223,11 @@ class LLMSettings(BaseModel):
         description="default model name or GGUF path; for openai, the model id",
     )
     base_url: str | None = Field(None, description="OpenAI-compatible URL (engine=openai)")
+    base_url_server: Literal["llama-server", "vllm"] | None = Field(
+        None,
+        description="engine=openai: what serves base_url, for the option only it takes "
+        "(llama-server: repeat_penalty, vllm: repetition_penalty); None: a plain OpenAI API",
+    )
     fallback_url: str | None = Field(
         None,
         description="a second OpenAI-compatible URL: answers go there when the engine fails",

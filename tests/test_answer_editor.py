@@ -26,7 +26,8 @@ from agent.llm.answer import AnswerEditor, Verdict, has_loop, is_echo, repeats
 from agent.llm.engines import OpenAIChatEngine, Sampling, Usage
 from agent.llm.prompt import prompt_messages
 from agent.llm.service import StreamingLLM
-from agent.settings import LLMSettings, load_settings
+from agent.pipeline import llm_engine
+from agent.settings import LLMSettings, Settings, load_settings
 
 
 class ScriptedEngine:
@@ -356,6 +357,29 @@ async def test_servers_get_the_same_options_under_their_own_names(server, field)
     assert {k for k in body if k in names} == ({field} if field else set())
     if field:
         assert body[field] == 1.15
+
+
+async def test_a_url_said_to_be_llama_server_gets_its_repeat_penalty():
+    """engine=openai with ``base_url_server`` (what a pool's workers are given) sends the
+    option only that server takes, so a pool decodes as one agent does."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    _Recorder.bodies.clear()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_port}/v1"
+        llm = {"engine": "openai", "base_url": url, "base_url_server": "llama-server"}
+        with llm_engine(Settings(llm=llm)) as engine:
+            said = [
+                x
+                async for x in engine.stream(
+                    history("Hi?"), max_tokens=9, sampling=Sampling(repeat_penalty=1.1)
+                )
+            ]
+    finally:
+        httpd.shutdown()
+    assert said[0] == "Hi."
+    (body,) = _Recorder.bodies
+    assert body["repeat_penalty"] == 1.1
 
 
 def test_an_opening_bracket_does_not_let_a_repeat_through():

@@ -129,6 +129,7 @@ class Pool:
         self.llm = LlamaServer(gguf, self._llm_settings(settings, workers, say))
         env = {**os.environ, "VOICE_AGENT_LLM__ENGINE": "openai",
                "VOICE_AGENT_LLM__BASE_URL": self.llm.base_url,
+               "VOICE_AGENT_LLM__BASE_URL_SERVER": "llama-server",  # sends repeat_penalty
                "VOICE_AGENT_LLM__API_KEY": self.llm.api_key,
                "VOICE_AGENT_LLM__MODEL": gguf.stem,
                "VOICE_AGENT_SERVE_TOKEN": settings.serve_token.get_secret_value(),

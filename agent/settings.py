@@ -242,8 +242,8 @@ class LLMSettings(BaseModel):
         ge=1,
         description="answers the llama.cpp server the agent starts decodes at once: 1, "
         "llama-cpp-python's server (one at a time); more, llama.cpp's own llama-server "
-        "(continuous batching; installed by scripts/setup.sh --pool); None: one per "
-        "voice-agent pool worker where llama-server is installed, else 1",
+        "(continuous batching; installed by scripts/setup.sh --pool); None: in voice-agent "
+        "pool one per call it admits where llama-server is installed, else 1",
     )
     context_size: int = Field(2048, ge=256)
     max_tokens: int = Field(48, ge=1, description="spoken answers are short")

@@ -14,10 +14,12 @@ import pytest
 
 from agent import model_store
 from agent.errors import UserError
+from agent.live import pool
+from agent.live.pool import Pool
 from agent.llm import llama_server
 from agent.llm.engines import OpenAIChatEngine, Usage
 from agent.llm.llama_server import LlamaServer, native_server
-from agent.settings import LLMSettings
+from agent.settings import LLMSettings, Settings
 
 LONG = [{"role": "user", "content": "Count from one to forty in words, separated by commas."}]
 
@@ -28,6 +30,21 @@ def test_more_than_one_slot_without_llamas_own_server_is_one_clear_line(monkeypa
     with pytest.raises(UserError, match=r"scripts/setup.sh --pool.*server_slots to 1"):
         LlamaServer(gguf, LLMSettings(server_slots=2)).command()
     assert "llama_cpp.server" in LlamaServer(gguf, LLMSettings()).command()  # one slot
+
+
+def test_a_pool_gives_its_server_one_slot_per_call_it_admits(monkeypatch, tmp_path):
+    """One worker with two calls needs two slots as much as two workers with one each."""
+    monkeypatch.setattr(pool, "native_server", lambda: tmp_path / "llama-server")
+    notes: list[str] = []
+    settings = Settings(serve_max_calls=3)
+    assert Pool._llm_settings(settings, 2, notes.append).server_slots == 6
+    assert Pool._llm_settings(settings, 1, notes.append).server_slots == 3
+    chosen = Settings(serve_max_calls=3, llm={"server_slots": 2})
+    assert Pool._llm_settings(chosen, 2, notes.append).server_slots == 2
+    assert not notes
+    monkeypatch.setattr(pool, "native_server", lambda: None)  # answers queue at one slot
+    assert Pool._llm_settings(settings, 1, notes.append).server_slots == 1
+    assert len(notes) == 1 and "scripts/setup.sh --pool" in notes[0]
 
 
 async def arrivals(engine: OpenAIChatEngine, name: str, log: list[str], first: asyncio.Event):

@@ -150,12 +150,14 @@ class Pool:
 
     @staticmethod
     def _llm_settings(settings: Settings, workers: int, say: Callable[[str], None]) -> LLMSettings:
-        """The shared server's settings: one slot per worker unless set, where llama.cpp's
-        own server is installed (without it, answers queue at one slot)."""
+        """The shared server's settings: one slot per call the pool admits
+        (``serve_max_calls`` per worker) unless set, where llama.cpp's own server is
+        installed (without it, answers queue at one slot). One worker with two calls needs
+        two slots as much as two workers with one call each."""
         if settings.llm.server_slots is not None:
             return settings.llm
-        slots = workers if native_server() is not None else 1
-        if slots < workers:
+        slots = workers * settings.serve_max_calls if native_server() is not None else 1
+        if slots == 1 < workers * settings.serve_max_calls:
             say(
                 "note: llama.cpp's own llama-server is not installed, so the workers' "
                 "answers take turns at one LLM slot (bash scripts/setup.sh --pool installs it)"

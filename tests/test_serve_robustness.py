@@ -24,6 +24,7 @@ from agent.pipeline import AgentModels, llm_engine
 from agent.settings import Settings
 from agent.timing.budget import load_budget
 from benchmarks.caller import SILENCE, PhoneCaller
+from benchmarks.memory import tree_rss_kib
 from tests.conftest import SAMPLES
 from tests.live_server import InProcessServer, Server, serving, serving_in_process, wait_until
 
@@ -97,13 +98,6 @@ async def test_a_client_that_never_reads_is_dropped_not_the_server(served):
         assert await phone.hang_up(30)
 
 
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError(f"no VmRSS in /proc/{pid}/status")
-
-
 async def test_long_silence_makes_no_turn_and_memory_stays_flat(tmp_path):
     """Silence, faster than real time (just under the 1.5x the server takes caller audio at).
 
@@ -126,13 +120,13 @@ async def test_long_silence_makes_no_turn_and_memory_stays_flat(tmp_path):
             frames = 0
             while (elapsed := time.monotonic() - started) < SILENCE_WALL_SECS:
                 if halfway_rss is None and elapsed >= SILENCE_WALL_SECS / 2:
-                    halfway_rss = rss_kib(pid)
+                    halfway_rss = tree_rss_kib(pid)
                 for _ in range(SILENCE_BURST):
                     await phone.send(silence)
                 frames += SILENCE_BURST
                 await asyncio.sleep(SILENCE_BURST * 0.02 / SILENCE_SPEEDUP)
             assert halfway_rss is not None
-            grew = rss_kib(pid) - halfway_rss
+            grew = tree_rss_kib(pid) - halfway_rss
             assert await answered(phone, clip("new_home_in_the_stars.wav"))
             await asyncio.sleep(1.0)
             assert await phone.hang_up(30)

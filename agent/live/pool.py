@@ -156,8 +156,9 @@ class Pool:
         two slots as much as two workers with one call each."""
         if settings.llm.server_slots is not None:
             return settings.llm
-        slots = workers * settings.serve_max_calls if native_server() is not None else 1
-        if slots == 1 < workers * settings.serve_max_calls:
+        calls = workers * settings.serve_max_calls
+        slots = calls if native_server() is not None else 1
+        if slots < calls:
             say(
                 "note: llama.cpp's own llama-server is not installed, so the workers' "
                 "answers take turns at one LLM slot (bash scripts/setup.sh --pool installs it)"

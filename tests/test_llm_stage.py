@@ -4,6 +4,7 @@ cancellation, speculation and pausing for the first phrase."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -125,6 +126,30 @@ async def test_the_default_model_hears_words_stopped_midway_as_going_on(inproces
     assert going_on is not None and finished is not None
     assert going_on < below / 3 and finished > below * 2, (going_on, finished)
     assert await ends("...") is None  # no words: no verdict
+
+
+@pytest.mark.slow
+async def test_llama_cpp_computes_on_one_thread_warm_up_included(settings, monkeypatch):
+    """llama.cpp's OpenMP keeps a thread team per calling thread; a second team (the warm-up
+    on the loading thread, the answers on the generation thread) slowed every token."""
+    from llama_cpp import Llama
+
+    threads: set[int] = set()
+    evaluate = Llama.eval
+
+    def eval_noting_thread(self, tokens):
+        threads.add(threading.get_ident())
+        return evaluate(self, tokens)
+
+    monkeypatch.setattr(Llama, "eval", eval_noting_thread)
+    gguf = model_store.resolve(settings.llm.model, "llm", settings.models_dir)
+    engine = InProcessLlama(gguf, settings.llm)
+    messages = [*settings.llm.opening, {"role": "user", "content": "What time is it?"}]
+    await engine.prefill(messages)
+    await engine.end_of_message(messages)
+    answer = [item async for item in engine.stream(messages, max_tokens=3)]
+    assert any(isinstance(item, str) for item in answer)
+    assert len(threads) == 1 and threading.get_ident() not in threads
 
 
 async def test_interruption_stops_decoding_at_once(inprocess, settings):

@@ -528,12 +528,15 @@ class TurnDetector(FrameProcessor):
             return None  # a hiss or a click before the caller speaks: wait for the words
         if self._smart_turn is None:
             return None
-        # The pause's verdict and one on the audio now: a finished sentence can sound less
-        # finished 0.1 s into its silence than after the stop window (on the phone line "We
-        # must find a new home in the stars." scored 0.02-0.08 at the pause, 0.10-0.19 later).
-        early = self._verdict or self._judge_now()
-        probability = max(await early, await self._judge_now())
+        # The pause's verdict, and when it does not end the turn alone one on the audio now: a
+        # finished sentence can sound less finished 0.1 s into its silence than after the stop
+        # window (on the phone line "We must find a new home in the stars." scored 0.02-0.08
+        # at the pause, 0.10-0.19 later). A verdict that clears the bar already leaves the
+        # cores to recognition and the LLM, which the turn's end waits for next.
         stop = self._policy.stop_secs
+        probability = await (self._verdict or self._judge_now())
+        if not self._policy.ends(probability, stop, sentence=False):
+            probability = max(probability, await self._judge_now())
         if self._policy.ends(probability, stop, sentence=True):  # the words decide: wait briefly
             arrived = await self._pause_text_arrived()
             if arrived and self._wait_for_words and has_words(self._pause_text):

@@ -9,6 +9,7 @@ anything took, so they hold on any CPU.
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -29,7 +30,32 @@ def test_more_than_one_slot_without_llamas_own_server_is_one_clear_line(monkeypa
     gguf = tmp_path / "model.gguf"  # not read: the command line is all this needs
     with pytest.raises(UserError, match=r"scripts/setup.sh --pool.*server_slots to 1"):
         LlamaServer(gguf, LLMSettings(server_slots=2)).command()
-    assert "llama_cpp.server" in LlamaServer(gguf, LLMSettings()).command()  # one slot
+    assert "agent.llm.python_server" in LlamaServer(gguf, LLMSettings()).command()  # one slot
+
+
+async def test_the_one_slot_server_runs_every_request_and_token_on_one_thread():
+    """llama-cpp-python's app hands each streamed token to Starlette's thread pool; the
+    launcher hands them all to one thread instead (a second OpenMP team slows llama.cpp)."""
+    from agent.llm import python_server
+
+    threads: list[int] = []
+
+    def tokens():
+        for token in ("one", "two", "three"):
+            threads.append(threading.get_ident())
+            yield token
+
+    def request():
+        threads.append(threading.get_ident())
+        return tokens()
+
+    for _ in range(2):  # two requests, one after the other
+        stream = await python_server.run_on_llama_thread(request)
+        assert [t async for t in python_server.iterate_on_llama_thread(stream)] == [
+            "one", "two", "three"
+        ]  # fmt: skip
+    assert len(threads) == 8 and len(set(threads)) == 1
+    assert threading.get_ident() not in threads
 
 
 def test_a_pool_gives_its_server_one_slot_per_call_it_admits(monkeypatch, tmp_path):

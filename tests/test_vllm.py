@@ -97,7 +97,7 @@ def test_llm_serve_print_command_and_one_line_errors(settings, tmp_path):
         app, ["llm", "serve", "--engine", "llama-server", "--print-command", "--host", "0.0.0.0"]
     )
     assert llama.exit_code == 0, llama.output
-    assert "-m llama_cpp.server" in llama.stdout and "--host 0.0.0.0" in llama.stdout
+    assert "-m agent.llm.python_server" in llama.stdout and "--host 0.0.0.0" in llama.stdout
 
 
 # --- with a real vLLM server ---------------------------------------------------------------

@@ -63,7 +63,7 @@ class LlamaServer(LocalServer):
         if self.native:
             return self._native_command()
         return [
-            sys.executable, "-m", "llama_cpp.server",
+            sys.executable, "-m", "agent.llm.python_server",  # llama_cpp.server, one thread
             "--model", str(self.model_path),
             "--host", "127.0.0.1", "--port", str(self.port),
             "--n_ctx", str(s.context_size),

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ from agent import model_store
 from agent.llm.engines import ChatEngine, InProcessLlama, OpenAIChatEngine, Usage
 from agent.llm.llama_server import LlamaServer
 from agent.settings import load_settings
+from agent.timing.budget import rounded_percentile
 from benchmarks.pool import cpu_model
 from benchmarks.results import write_json
 
@@ -63,13 +63,12 @@ async def run(rounds: int, max_tokens: int) -> dict[str, dict]:
 
 
 def summary(rows: list[dict]) -> dict:
-    tokens = sorted(gap for row in rows for gap in row["token_ms"])
-    ttft = sorted(row["ttft_ms"] for row in rows)
+    tokens = [gap for row in rows for gap in row["token_ms"]]
     return {
         "answers": len(rows),
-        "token_p50_ms": round(statistics.median(tokens), 1),
-        "token_p95_ms": round(tokens[int(0.95 * (len(tokens) - 1))], 1),
-        "ttft_p50_ms": round(statistics.median(ttft), 1),
+        "token_p50_ms": rounded_percentile(tokens, 50),
+        "token_p95_ms": rounded_percentile(tokens, 95),
+        "ttft_p50_ms": rounded_percentile([row["ttft_ms"] for row in rows], 50),
     }
 
 

@@ -285,10 +285,10 @@ class StreamingWhisperSTT(FrameProcessor):
             if utt is not self._utt or interim is None or not interim.text:
                 return
             self._interim = interim.text
-            if self._quiet_pass_due:
-                # A lull came while this pass ran: the lull's pass starts now, over the whole
-                # turn. This interim is stale, and the LLM's prefill of it would take the
-                # cores from that pass (seen: a 60 ms pass took 270).
+            if self._quiet_pass_due or self._speculation is not None:
+                # A lull or the VAD's pause came while this pass ran: the pass over the whole
+                # turn starts now. This interim is stale, and the LLM's prefill of it would
+                # take the cores from that pass (seen: a 60 ms pass took 270).
                 return
             await self.push_frame(
                 InterimTranscriptionFrame(

@@ -155,6 +155,39 @@ def test_an_interim_overtaken_by_a_lull_is_not_sent(decoder, settings, manifest)
     assert len(finals) == 1 and wer(manifest[name]["text"], finals[0]) <= 0.15
 
 
+class SlowerDecoder(SlowDecoder):
+    """Passes longer than the interim interval, so one is always running while the caller
+    speaks and the VAD's pause lands inside one."""
+
+    def transcribe(self, audio: np.ndarray, *args, **kwargs):
+        time.sleep(0.2)
+        return super().transcribe(audio, *args, **kwargs)
+
+
+def test_an_interim_overtaken_by_the_vad_pause_is_not_sent(decoder, settings, manifest):
+    """At the pause the pass over the whole turn is what the turn's end waits for: the LLM's
+    prefill of the stale interim took the cores from it (and the LLM's verdict on the pause
+    transcript waited behind that prefill). Lulls off, so the pause overtakes the pass."""
+    clock = CallClock()
+    slow = SlowerDecoder(decoder, clock)
+    name = "new_home_in_the_stars.wav"
+    no_lull = settings.model_copy(
+        update={"turn": settings.turn.model_copy(update={"lull_pass_ms": None})}
+    )
+    events = asyncio.run(
+        transcribe_stream(slow, ReplayTurn(name, load_audio(SAMPLES / name, RATE)), no_lull, clock)
+    )
+    pauses = [e.at_ms for e in events if e.kind == "pause"]
+    interims = [e.at_ms for e in events if e.kind == "interim"]
+    overtaken = [(s, e) for s, e in slow.passes if any(s < pause < e for pause in pauses)]
+    assert overtaken, (slow.passes, pauses)  # the case under test happened
+    for _, end in overtaken:
+        assert not [t for t in interims if end <= t <= end + 30], (end, interims)
+    assert interims  # the ones before the pause were sent
+    finals = [e.text for e in events if e.kind == "final"]
+    assert len(finals) == 1 and wer(manifest[name]["text"], finals[0]) <= 0.15
+
+
 def test_silence_and_noise_give_no_transcript(decoder, settings):
     rng = np.random.default_rng(7)
     silence = np.zeros(3 * RATE, dtype=np.int16)

@@ -117,75 +117,63 @@ def test_the_pass_run_in_the_lull_before_the_vad_pause_is_the_final_one(
 
 
 class SlowDecoder(TimedDecoder):
-    """The real decoder, 150 ms slower a pass (so lulls land while passes run); notes when
-    each pass started and ended on the call clock."""
+    """The real decoder, ``delay_secs`` slower a pass (so lulls land while passes run); notes
+    when each pass started and ended on the call clock."""
 
-    def __init__(self, decoder: WhisperDecoder, clock: CallClock) -> None:
+    def __init__(self, decoder: WhisperDecoder, clock: CallClock, delay_secs: float = 0.15) -> None:
         super().__init__(decoder, clock)
+        self.delay_secs = delay_secs
         self.passes: list[tuple[float, float]] = []
 
     def transcribe(self, audio: np.ndarray, *args, **kwargs):
         start = self.clock.now_ms()
-        time.sleep(0.15)
+        time.sleep(self.delay_secs)
         try:
             return self.decoder.transcribe(audio, *args, **kwargs)
         finally:
             self.passes.append((start, self.clock.now_ms()))
 
 
+def interims_after_overtaken_passes(slow, settings, manifest, overtaker: str) -> list[float]:
+    """new_home_in_the_stars through ``slow`` at real time. Asserts that an ``overtaker``
+    event ("lull", "pause") came while a pass ran, that no interim went out as such a pass
+    ended, and that the final is still heard; returns when the interims went out."""
+    name = "new_home_in_the_stars.wav"
+    events = asyncio.run(
+        transcribe_stream(
+            slow, ReplayTurn(name, load_audio(SAMPLES / name, RATE)), settings, slow.clock
+        )
+    )
+    overtakers = [e.at_ms for e in events if e.kind == overtaker]
+    interims = [e.at_ms for e in events if e.kind == "interim"]
+    # The collector notes an event as recognition takes it in; a pass is overtaken when that
+    # came before the pass ended (one a moment after may come after its interim was sent)
+    overtaken = [(s, e) for s, e in slow.passes if any(s < t < e for t in overtakers)]
+    assert overtaken, (slow.passes, overtakers)  # the case under test happened
+    for _, end in overtaken:
+        assert not [t for t in interims if end <= t <= end + 30], (end, interims)
+    finals = [e.text for e in events if e.kind == "final"]
+    assert len(finals) == 1 and wer(manifest[name]["text"], finals[0]) <= 0.15
+    return interims
+
+
 def test_an_interim_overtaken_by_a_lull_is_not_sent(decoder, settings, manifest):
     """Its LLM prefill would slow the lull's pass, which starts right after it on the whole
     turn; the lull's pass and the final still come."""
-    clock = CallClock()
-    slow = SlowDecoder(decoder, clock)
-    name = "new_home_in_the_stars.wav"
-    events = asyncio.run(
-        transcribe_stream(slow, ReplayTurn(name, load_audio(SAMPLES / name, RATE)), settings, clock)
-    )
-    lulls = [e.at_ms for e in events if e.kind == "lull"]
-    interims = [e.at_ms for e in events if e.kind == "interim"]
-    # The collector notes a lull as recognition takes it in; a pass is overtaken when that
-    # came before the pass ended (a lull a moment after may come after its interim was sent)
-    overtaken = [(s, e) for s, e in slow.passes if any(s < lull < e for lull in lulls)]
-    assert overtaken, (slow.passes, lulls)  # the case under test happened
-    for _, end in overtaken:
-        assert not [t for t in interims if end <= t <= end + 30], (end, interims)
-    assert len(interims) >= 3
-    finals = [e.text for e in events if e.kind == "final"]
-    assert len(finals) == 1 and wer(manifest[name]["text"], finals[0]) <= 0.15
-
-
-class SlowerDecoder(SlowDecoder):
-    """Passes longer than the interim interval, so one is always running while the caller
-    speaks and the VAD's pause lands inside one."""
-
-    def transcribe(self, audio: np.ndarray, *args, **kwargs):
-        time.sleep(0.2)
-        return super().transcribe(audio, *args, **kwargs)
+    slow = SlowDecoder(decoder, CallClock())
+    assert len(interims_after_overtaken_passes(slow, settings, manifest, "lull")) >= 3
 
 
 def test_an_interim_overtaken_by_the_vad_pause_is_not_sent(decoder, settings, manifest):
     """At the pause the pass over the whole turn is what the turn's end waits for: the LLM's
     prefill of the stale interim took the cores from it (and the LLM's verdict on the pause
-    transcript waited behind that prefill). Lulls off, so the pause overtakes the pass."""
-    clock = CallClock()
-    slow = SlowerDecoder(decoder, clock)
-    name = "new_home_in_the_stars.wav"
+    transcript waited behind that prefill). Passes longer than the interim interval, so one
+    always runs while the caller speaks, and lulls off: the pause lands inside a pass."""
+    slow = SlowDecoder(decoder, CallClock(), delay_secs=0.35)
     no_lull = settings.model_copy(
         update={"turn": settings.turn.model_copy(update={"lull_pass_ms": None})}
     )
-    events = asyncio.run(
-        transcribe_stream(slow, ReplayTurn(name, load_audio(SAMPLES / name, RATE)), no_lull, clock)
-    )
-    pauses = [e.at_ms for e in events if e.kind == "pause"]
-    interims = [e.at_ms for e in events if e.kind == "interim"]
-    overtaken = [(s, e) for s, e in slow.passes if any(s < pause < e for pause in pauses)]
-    assert overtaken, (slow.passes, pauses)  # the case under test happened
-    for _, end in overtaken:
-        assert not [t for t in interims if end <= t <= end + 30], (end, interims)
-    assert interims  # the ones before the pause were sent
-    finals = [e.text for e in events if e.kind == "final"]
-    assert len(finals) == 1 and wer(manifest[name]["text"], finals[0]) <= 0.15
+    assert interims_after_overtaken_passes(slow, no_lull, manifest, "pause")  # earlier ones went
 
 
 def test_silence_and_noise_give_no_transcript(decoder, settings):

@@ -128,8 +128,9 @@ async def test_an_echo_of_the_caller_is_not_spoken():
     )
     said = await spoken(engine, history("We must find a new home in the stars."))
     assert said == "That sounds like a big adventure."
-    engine = ScriptedEngine("And so my fellow Americans, we must go. Good luck to you.")
-    assert await spoken(engine, history("And so my fellow Americans,")) == " Good luck to you."
+    engine = ScriptedEngine("My fellow Americans, we must go. Good luck to you.")
+    heard = "My fellow Americans, what can we do?"
+    assert await spoken(engine, history(heard)) == " Good luck to you."
     engine = ScriptedEngine("Hi there! How are you today? I'm fine.")
     assert await spoken(engine, history("Hi there, how are you today?")) == "Hi there! I'm fine."
 
@@ -169,12 +170,21 @@ async def test_a_phrase_looping_inside_the_answer_is_cut():
 
 
 async def test_an_echo_stops_decoding_as_soon_as_it_reads_the_caller_back():
-    """A held sentence that already says eight of the caller's words in a row can only be
-    dropped: the model is not left to read out the rest of the caller's sentence first."""
+    """An answer to a statement held from its start that opens with four of the caller's
+    words in a row is an echo (as the eval counts it); any held sentence that says eight in
+    a row can only be dropped. Either way the model is not left to read out the rest of the
+    caller's sentence first."""
     heard = "The Norsemen considered the rainbow as a bridge over which the gods passed."
     engine = ScriptedEngine(heard, "What a lovely old story.")
     assert await spoken(engine, history(heard)) == "What a lovely old story."
-    assert engine.taken[0] == 9  # the eighth word is whole once the ninth begins
+    assert engine.taken[0] == 5  # the fourth word is whole once the fifth begins
+    asked = "Did the Norsemen consider the rainbow as a bridge over which the gods passed?"
+    engine = ScriptedEngine(asked, "They did, in their old stories.")
+    assert await spoken(engine, history(asked)) == "They did, in their old stories."
+    assert engine.taken[0] == 9  # a question's own words may open its answer: eight in a row
+    question = "Is the capital of France Paris or Lyon?"
+    engine = ScriptedEngine("The capital of France is Paris.")
+    assert await spoken(engine, history(question)) == "The capital of France is Paris."
     # The same words not read in a row ("Norsemen" is a name the model may well say) stream.
     engine = ScriptedEngine("The Norsemen were sailors who crossed the sea in open boats.")
     said = await spoken(engine, history(heard))

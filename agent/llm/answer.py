@@ -9,7 +9,9 @@ on the token stream, before anything reaches synthesis:
   the caller's own turn (an echo), is never released: while the sentence so far could still
   become one of those it is held back, so the common case (it diverges at once) costs
   nothing; a full match asks for another answer (``REGENERATE``) when nothing of this answer
-  was released yet, and ends the answer otherwise (``STOP``);
+  was released yet, and ends the answer otherwise (``STOP``); a held sentence that reads
+  the caller back (eight of their words in a row, or, answering a statement, an opening of
+  four) is ended there, without decoding the rest of the caller's sentence;
 - the answer ends after ``max_sentences`` sentences, at the end of the last one, without
   waiting for the model to stop;
 - a phrase that starts repeating itself inside the answer ends it.
@@ -33,6 +35,9 @@ from agent.sentences import sentence_end
 # shorter phrases only count back to back ("la France, la France").
 LOOP_MIN_WORDS = 4
 ECHO_RUN_WORDS = 8
+# An answer to a statement that opens with this many of its words in a row reads it back
+# (the eval's echo); an answer to a question may open with its words ("The capital of ...").
+ECHO_OPEN_WORDS = 4
 ECHO_MIN_WORDS = 3  # a caller's sentence this short said back is no echo ("Goodbye.")
 SIMILAR = 0.9  # SequenceMatcher ratio over words from which two sentences count as the same
 CLAUSE = re.compile(r"[,;:]\s")
@@ -136,6 +141,14 @@ def reads_back(answer: str, heard: str) -> bool:
     )
 
 
+def opens_with_words_of(words: list[str], heard: str) -> bool:
+    """``words`` open with ``ECHO_OPEN_WORDS`` of the caller's words in a row."""
+    head, said = words[:ECHO_OPEN_WORDS], normalise(heard).split()
+    return len(head) == ECHO_OPEN_WORDS and any(
+        said[i : i + ECHO_OPEN_WORDS] == head for i in range(len(said) - ECHO_OPEN_WORDS + 1)
+    )
+
+
 def is_echo(answer: str, heard: str) -> bool:
     """The answer repeats the caller: one of its sentences is a sentence or clause of three
     words or more of the caller's turn, or it reads back ``ECHO_RUN_WORDS`` of the caller's
@@ -180,6 +193,7 @@ class AnswerEditor:
         units_said = [s for text in said for s in sentences(text)]
         self._blocked = [b for b in map(normalise, [*units_said, *echo_units(heard)]) if b]
         self._heard = heard
+        self._asked = heard.rstrip().endswith("?")
         self._max = max_sentences
         self._pending = ""  # the sentence in progress
         self._released = 0  # how much of it went out
@@ -267,9 +281,18 @@ class AnswerEditor:
             self.spoken.append(self._pending[: self._released])
             self._pending, self._released = "", 0
             return Edit(out, Verdict.STOP if self.text.strip() else Verdict.REGENERATE)
-        if not self._released and reads_back(" ".join(_whole_words(self._pending)), self._heard):
-            # Held, and already reading the caller's words back: its end can only drop it,
-            # so decoding stops now rather than after the rest of the caller's sentence.
+        whole = _whole_words(self._pending)
+        if not self._released and (
+            reads_back(" ".join(whole), self._heard)
+            or (
+                not self._asked
+                and not self.text.strip()
+                and opens_with_words_of(whole, self._heard)
+            )
+        ):
+            # Held, and already reading the caller's words back (or opening an answer to a
+            # statement with them): its end can only drop it, or speak an echo, so decoding
+            # stops now rather than after the rest of the caller's sentence.
             self.cut = "repeat"
             self.skipped += 1
             self._pending = ""

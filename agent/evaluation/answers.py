@@ -12,9 +12,9 @@ import re
 from dataclasses import dataclass, field
 
 from agent.evaluation.text import words
+from agent.llm.answer import ECHO_OPEN_WORDS as ECHO_WORDS  # the editor's own echo, graded
 from agent.llm.say_again import asks_to_hear_again
 
-ECHO_WORDS = 4  # an answer opening with this many of the caller's words in a row echoes them
 MIN_SENTENCE_WORDS = 3  # shorter sentences ("Okay.", "Thank you.") may well come back
 
 

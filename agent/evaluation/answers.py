@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from agent.evaluation.text import words
-from agent.llm.answer import ECHO_OPEN_WORDS as ECHO_WORDS  # the editor's own echo, graded
+from agent.llm.answer import opens_with_run_of
 from agent.llm.say_again import asks_to_hear_again
 
 MIN_SENTENCE_WORDS = 3  # shorter sentences ("Okay.", "Thank you.") may well come back
@@ -31,11 +31,9 @@ def loops(answer: str) -> bool:
 
 
 def echoes(caller: str, answer: str) -> bool:
-    """The answer opens with ``ECHO_WORDS`` of the caller's words in a row."""
-    head, said = words(answer)[:ECHO_WORDS], words(caller)
-    if len(head) < ECHO_WORDS:
-        return False
-    return any(said[i : i + ECHO_WORDS] == head for i in range(len(said) - ECHO_WORDS + 1))
+    """The answer opens with ``ECHO_OPEN_WORDS`` of the caller's words in a row: the echo the
+    answer editor ends, graded with the eval's normaliser."""
+    return opens_with_run_of(words(answer), words(caller))
 
 
 @dataclass

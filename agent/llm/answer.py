@@ -141,12 +141,11 @@ def reads_back(answer: str, heard: str) -> bool:
     )
 
 
-def opens_with_words_of(words: list[str], heard: str) -> bool:
-    """``words`` open with ``ECHO_OPEN_WORDS`` of the caller's words in a row."""
-    head, said = words[:ECHO_OPEN_WORDS], normalise(heard).split()
-    return len(head) == ECHO_OPEN_WORDS and any(
-        said[i : i + ECHO_OPEN_WORDS] == head for i in range(len(said) - ECHO_OPEN_WORDS + 1)
-    )
+def opens_with_run_of(words: list[str], said: list[str]) -> bool:
+    """``words`` open with ``ECHO_OPEN_WORDS`` of ``said`` in a row (both normalised by the
+    caller's own rule: the editor's here, Whisper's in the eval)."""
+    head = words[:ECHO_OPEN_WORDS]
+    return len(head) == ECHO_OPEN_WORDS and f" {' '.join(head)} " in f" {' '.join(said)} "
 
 
 def is_echo(answer: str, heard: str) -> bool:
@@ -287,7 +286,7 @@ class AnswerEditor:
             or (
                 not self._asked
                 and not self.text.strip()
-                and opens_with_words_of(whole, self._heard)
+                and opens_with_run_of(whole, normalise(self._heard).split())
             )
         ):
             # Held, and already reading the caller's words back (or opening an answer to a

@@ -85,7 +85,12 @@ class ASRSettings(BaseModel):
     )
     language: str | None = "en"
     compute_type: str = "int8"
-    threads: int = Field(2, ge=1)
+    threads: int = Field(
+        1,
+        ge=1,
+        description="CTranslate2 threads; each decoding step is too small to share, and a "
+        "second thread waits on the other stages' cores at the pause (docs/decisions.md)",
+    )
     interim_interval_ms: int = Field(300, ge=100, description="run a pass every N ms of new speech")
     pre_roll_ms: int = Field(600, ge=0, description="audio kept before the VAD start")
     min_window_secs: float = Field(

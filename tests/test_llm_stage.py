@@ -526,3 +526,34 @@ async def test_a_scripted_answer_pauses_while_the_first_phrase_is_synthesised(se
     inside = [t for t in synthesis.arrivals if start + 0.05 < t < end]
     after = [t for t in synthesis.arrivals if t > end]
     assert after and (not inside if pause else len(inside) >= 10)
+
+
+async def test_words_prefilled_while_the_caller_speaks_are_judged_without_evaluating(
+    inprocess, settings, monkeypatch
+):
+    """The verdict on a pause transcript that says what the last interim said comes off that
+    interim's prefill: no token is evaluated for it while the caller waits."""
+    from llama_cpp import Llama
+
+    s = settings.llm
+    evaluated: list[int] = []
+    evaluate = Llama.eval
+
+    def eval_counting(self, tokens):
+        evaluated.append(len(tokens))
+        return evaluate(self, tokens)
+
+    def turn(text: str) -> list[dict]:
+        return [*s.opening, {"role": "user", "content": text}]
+
+    monkeypatch.setattr(Llama, "eval", eval_counting)
+    await inprocess.prefill(turn("Where is the train station"))  # the last interim
+    evaluated.clear()
+    noted = await inprocess.end_of_message(turn("Where is the train station?"))  # the pause's
+    assert evaluated == []
+    await inprocess.prefill(turn("If the red of the second bow falls upon"))  # going on
+    evaluated.clear()
+    judged = await inprocess.end_of_message(turn("Where is the train station."))
+    assert evaluated  # other words since: judged afresh, and alike
+    assert noted is not None and judged is not None
+    assert abs(noted - judged) < 0.02, (noted, judged)

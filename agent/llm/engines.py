@@ -6,7 +6,8 @@ generator is abandoned at the next token. ``prefill`` takes the turn so far (the
 words while they still speak) so that at the turn's end only its last words are prefilled.
 ``end_of_message`` is the model's probability that the caller's message ends where the words
 so far end: an end-of-turn signal from the words, at the cost of the prefill that the answer
-needs anyway.
+needs anyway. In process, a prefill reads that probability off the logits it computes, so a
+pause transcript that says what the last interim said is judged without evaluating a token.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ class ChatEngine(Protocol):
     ) -> AsyncIterator[str | Usage]: ...
 
     async def prefill(self, messages: list[dict[str, Any]]) -> None:
-        """Put the prompt up to the last message's text so far in the engine's cache."""
+        """Put the prompt up to the last message's words so far in the engine's cache."""
 
     def pause_decoding(self, paused: bool) -> None:
         """Stop (or go on) decoding between tokens, leaving the CPU to a critical stage."""
@@ -200,6 +201,7 @@ class InProcessLlama:
         self._decoding.set()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
         self._closing = self._closing_tokens()
+        self._judged: tuple[list[int], float] | None = None  # the last words judged, verdict
         # Load the weights into memory and prefill the static opening before any call, on
         # the generation thread: llama.cpp's OpenMP keeps a thread team per calling thread,
         # and with a second team alive every token took about 40 % longer on 2 cores.
@@ -238,31 +240,52 @@ class InProcessLlama:
         """How many leading tokens of ``tokens`` the KV cache already holds."""
         return self.llm.longest_token_prefix(self.llm._input_ids, tokens)
 
-    def _prefill(self, messages: list[dict[str, Any]]) -> None:
-        tokens = self._tokens(messages, open_end=True)
-        cached = self._cached(tokens)
-        if cached == len(tokens) or len(tokens) >= self.llm.n_ctx() - self._reserve:
-            return
-        self.llm.n_tokens = cached  # eval() drops the cache past this point first
-        self.llm.eval(tokens[cached:])
-
-    async def prefill(self, messages: list[dict[str, Any]]) -> None:
-        """Prefill on the generation thread, so a turn's request finds it done or waits."""
-        await asyncio.get_running_loop().run_in_executor(self._executor, self._prefill, messages)
-
-    def _end_of_message(self, messages: list[dict[str, Any]]) -> float | None:
+    def _words_tokens(self, messages: list[dict[str, Any]]) -> list[int] | None:
+        """The prompt up to the last message's words, without the punctuation recognition
+        closed them with: what the verdict on them reads (None: no words, or no room)."""
         words = unpunctuated(str(messages[-1].get("content") or ""))
         if not words:
             return None
         tokens = self._tokens([*messages[:-1], {**messages[-1], "content": words}], open_end=True)
         if len(tokens) < 2 or len(tokens) >= self.llm.n_ctx() - self._reserve:
             return None  # the template did not keep the words as they are, or no room
+        return tokens
+
+    def _closing_probability(self, tokens: list[int]) -> float:
+        """P(a closing token next) from the logits of the last evaluated token, noted for
+        ``tokens``: the same words at the pause then need no evaluation."""
+        logits = np.ctypeslib.as_array(self.llm._ctx.get_logits(), shape=(self.llm.n_vocab(),))
+        p = np.exp(logits.astype(np.float64) - logits.max())
+        probability = float(p[self._closing].sum() / p.sum())
+        self._judged = (tokens, probability)
+        return probability
+
+    def _prefill(self, messages: list[dict[str, Any]]) -> None:
+        """The words so far into the cache; their verdict comes with the last one's logits."""
+        tokens = self._words_tokens(messages)
+        if tokens is None:
+            return
+        cached = self._cached(tokens)
+        if cached == len(tokens):
+            return
+        self.llm.n_tokens = cached  # eval() drops the cache past this point first
+        self.llm.eval(tokens[cached:])
+        self._closing_probability(tokens)
+
+    async def prefill(self, messages: list[dict[str, Any]]) -> None:
+        """Prefill on the generation thread, so a turn's request finds it done or waits."""
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._prefill, messages)
+
+    def _end_of_message(self, messages: list[dict[str, Any]]) -> float | None:
+        tokens = self._words_tokens(messages)
+        if tokens is None:
+            return None
+        if self._judged is not None and self._judged[0] == tokens:
+            return self._judged[1]  # the last interim's prefill said the same words
         # The last token is evaluated again even when cached: its logits are what is read.
         self.llm.n_tokens = min(self._cached(tokens), len(tokens) - 1)
         self.llm.eval(tokens[self.llm.n_tokens :])
-        logits = np.ctypeslib.as_array(self.llm._ctx.get_logits(), shape=(self.llm.n_vocab(),))
-        p = np.exp(logits.astype(np.float64) - logits.max())
-        return float(p[self._closing].sum() / p.sum())
+        return self._closing_probability(tokens)
 
     async def end_of_message(self, messages: list[dict[str, Any]]) -> float | None:
         """On the generation thread, like a prefill: the answer then finds the words cached."""

@@ -142,10 +142,10 @@ class Pool:
         ]  # fmt: skip
         for worker in self.workers:
             if worker.cpus:  # as many synthesis threads as its CPUs, recognition's at most
-                cpus = len(parse_cpus(worker.cpus))
-                asr = min(cpus, settings.asr.threads)
+                count = len(parse_cpus(worker.cpus))
+                asr = min(count, settings.asr.threads)
                 worker.env = {"VOICE_AGENT_ASR__THREADS": str(asr),
-                              "VOICE_AGENT_TTS__THREADS": str(cpus), **env}  # fmt: skip
+                              "VOICE_AGENT_TTS__THREADS": str(count), **env}  # fmt: skip
         self.haproxy = Haproxy(host, port, [w.port for w in self.workers],
                                max_call_secs=settings.serve_max_call_secs)  # fmt: skip
 

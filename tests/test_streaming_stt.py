@@ -164,6 +164,24 @@ def test_an_interim_overtaken_by_a_lull_is_not_sent(decoder, settings, manifest)
     assert len(interims_after_overtaken_passes(slow, settings, manifest, "lull")) >= 3
 
 
+def test_a_lull_s_pass_starts_beside_the_stale_interim_not_after_it(decoder, settings, manifest):
+    """CTranslate2 cannot stop a pass: the lull's pass, which the turn's end waits for,
+    starts at once on a second worker while the stale interim runs out. Passes longer than
+    the interim interval, so one always runs while the caller speaks."""
+    slow = SlowDecoder(decoder, CallClock(), delay_secs=0.35)
+    name = "new_home_in_the_stars.wav"
+    turn = ReplayTurn(name, load_audio(SAMPLES / name, RATE))
+    events = asyncio.run(transcribe_stream(slow, turn, settings, slow.clock))
+    lulls = [e.at_ms for e in events if e.kind == "lull"]
+    overtaken = [(s, e) for s, e in slow.passes if any(s < t < e for t in lulls)]
+    assert overtaken, (slow.passes, lulls)  # the case under test happened
+    starts = [s for s, _ in slow.passes]
+    beside = [t for s, e in overtaken for t in starts if s < t < e]
+    assert beside, (slow.passes, lulls)
+    finals = [e.text for e in events if e.kind == "final"]
+    assert len(finals) == 1 and wer(manifest[name]["text"], finals[0]) <= 0.15
+
+
 def test_an_interim_overtaken_by_the_vad_pause_is_not_sent(decoder, settings, manifest):
     """At the pause the pass over the whole turn is what the turn's end waits for: the LLM's
     prefill of the stale interim took the cores from it (and the LLM's verdict on the pause

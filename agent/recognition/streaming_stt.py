@@ -1,16 +1,17 @@
 """Streaming speech recognition on faster-whisper / CTranslate2.
 
 While the caller speaks, a pass runs over the growing utterance every ``interim_interval_ms``
-of new speech, on one worker thread. At most one pass is in flight: a pass that falls due
-while another runs is not queued; the next one starts when the running one ends, on the
-newest audio, so the cadence is the interval or the pass time, whichever is longer, and a
-slow pass never builds a backlog. Each pass gives an ``InterimTranscriptionFrame`` whose
-confirmed prefix is the words two consecutive passes agree on (LocalAgreement-2). When the
-line goes quiet while the VAD still hears a voice (a lull), a pass is due at once (an
-interim still running then is not sent: it is stale). When the VAD hears silence the
-final pass starts (speculatively; its text also goes upstream to the turn detector),
-unless the latest pass began after the line went quiet: that one heard the whole turn
-already and is kept. At ``turn_end`` the result is emitted if no speech came
+of new speech. At most one interim pass is in flight: a pass that falls due while another
+runs is not queued; the next one starts when the running one ends, on the newest audio, so
+the cadence is the interval or the pass time, whichever is longer, and a slow pass never
+builds a backlog. Each pass gives an ``InterimTranscriptionFrame`` whose confirmed prefix is
+the words two consecutive passes agree on (LocalAgreement-2). When the line goes quiet while
+the VAD still hears a voice (a lull), a pass starts at once, on a second worker thread if an
+interim still runs (CTranslate2 cannot stop a pass; that one read the caller still speaking,
+is stale and is not sent): the turn's end waits for the lull's pass, not behind the interim.
+When the VAD hears silence the final pass starts (speculatively; its text also goes upstream
+to the turn detector), unless the latest pass began after the line went quiet: that one
+heard the whole turn already and is kept. At ``turn_end`` the result is emitted if no speech came
 after it, otherwise a fresh pass runs. Audio before the VAD start is kept (pre-roll) so no
 first word is lost. Long turns are committed and trimmed by ``Utterance`` (see utterance.py).
 A voice over the bot (``HoldBotAudioFrame``) is kept from the hold on: asked
@@ -61,7 +62,13 @@ from agent.frames import (
     TimelineEventFrame,
 )
 from agent.recognition.utterance import NOISE_MAX_SECS, Snapshot, Utterance, has_words
-from agent.recognition.whisper_decoder import RATE, Context, Pass, WhisperDecoder
+from agent.recognition.whisper_decoder import (
+    PASSES_AT_ONCE,
+    RATE,
+    Context,
+    Pass,
+    WhisperDecoder,
+)
 from agent.settings import ASRSettings
 
 OVERLAP_MAX_SECS = 10  # a voice over the bot kept this long at most (a barge-in opens sooner)
@@ -136,11 +143,14 @@ class StreamingWhisperSTT(FrameProcessor):
         self._decoder = decoder
         self._settings = settings
         self._clock = clock
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="whisper")
+        # A lull's or pause's pass starts at once beside a stale interim still running.
+        self._executor = ThreadPoolExecutor(
+            max_workers=PASSES_AT_ONCE, thread_name_prefix="whisper"
+        )
         self._pre_roll = RecentAudio(RATE, settings.pre_roll_ms)
         self._utt: Utterance | None = None
         self._since_pass = 0
-        self._busy = False
+        self._running = 0  # interim passes in flight (a lull's included)
         self._interim = ""
         self._failed = False
         self._received = 0  # input samples so far (the turn detector counts the same)
@@ -181,7 +191,7 @@ class StreamingWhisperSTT(FrameProcessor):
         elif isinstance(frame, SpeechLullFrame) and self._utt is not None:
             self._since_pass = max(self._since_pass, self._interval_samples)  # due now
             self._quiet_pass_due = True
-            self._maybe_start_interim()
+            self._maybe_start_interim(beside_one=True)
         elif isinstance(frame, SpeechPausedFrame) and self._utt is not None:
             last = self._last_pass
             heard_it_all = (
@@ -234,12 +244,15 @@ class StreamingWhisperSTT(FrameProcessor):
         self._since_pass += len(pcm) // 2
         self._maybe_start_interim()
 
-    def _maybe_start_interim(self) -> None:
-        """Start a pass if one is due and none runs (a due pass waits for the running one)."""
+    def _maybe_start_interim(self, beside_one: bool = False) -> None:
+        """Start a pass if one is due and none runs (a due pass waits for the running one);
+        ``beside_one``: the lull's pass, which starts beside a running one (that one read
+        the caller still speaking: stale, and it cannot be stopped)."""
         due = self._since_pass >= self._interval_samples
-        if due and not self._busy and self._speculation is None and self._utt is not None:
+        free = self._running == 0 or (beside_one and self._running < PASSES_AT_ONCE)
+        if due and free and self._speculation is None and self._utt is not None:
             self._since_pass = 0
-            self._busy = True
+            self._running += 1
             ended, self._quiet_pass_due = self._quiet_pass_due, False
             run = self._start_pass(self._utt, speech_ended=ended)
             self.create_task(self._interim_pass(self._utt, run))
@@ -281,6 +294,8 @@ class StreamingWhisperSTT(FrameProcessor):
                 return
             if run is self._speculation:  # kept as the pause's pass: a commit would void it
                 return
+            if run is not self._last_pass:
+                return  # a later pass (a lull's, the pause's) reads more: this one is stale
             interim = utt.update(snap, result)
             if utt is not self._utt or interim is None or not interim.text:
                 return
@@ -299,7 +314,7 @@ class StreamingWhisperSTT(FrameProcessor):
                 )
             )
         finally:
-            self._busy = False
+            self._running -= 1
         self._maybe_start_interim()
 
     async def _report_pause_transcript(self, spec: _RunningPass) -> None:

@@ -61,6 +61,9 @@ MAX_RESUMES = 2
 CHECK_UNCLOSED_SECS = 6.0  # shorter windows rarely stop early; aligning costs a decoder pass
 MAX_WORDS_PER_SEC = 4.5  # fast English is 3-4 words a second (3.5 cut a real repeat)
 LOOP_RETRY_PENALTY = 1.1  # measured: 1.1 undid a loop on a long turn; 1.3 garbled words
+# Passes one decoder runs at once (CTranslate2 workers; they share the weights): a call's
+# lull or pause pass beside its stale interim, or two calls of one process side by side.
+PASSES_AT_ONCE = 2
 
 
 @dataclass
@@ -168,7 +171,11 @@ class WhisperDecoder:
     ) -> None:
         self.min_window_secs = min_window_secs
         self.model = WhisperModel(
-            str(model_dir), device="cpu", compute_type=compute_type, cpu_threads=threads
+            str(model_dir),
+            device="cpu",
+            compute_type=compute_type,
+            cpu_threads=threads,
+            num_workers=PASSES_AT_ONCE,
         )
         multilingual = self.model.model.is_multilingual
         self.tokenizer = Tokenizer(

@@ -31,14 +31,21 @@ def rss():
     print(tree_rss_kib(os.getpid()) // 1024, flush=True)
 """
 WHISPER = """
-from agent.recognition.whisper_decoder import RATE, WhisperDecoder
+from concurrent.futures import ThreadPoolExecutor
+
+from agent.recognition.whisper_decoder import PASSES_AT_ONCE, RATE, WhisperDecoder
 
 path = model_store.resolve(settings.asr.model, "asr", settings.models_dir)
 decoder = WhisperDecoder(path, compute_type="int8", threads=2, language="en")
-audio = load_audio(Path("agent/samples/jfk_part2.wav"), RATE) / 32768
-# every pass a new length; the longest first, so buffers are at their largest from the start
+audio = (load_audio(Path("agent/samples/jfk_part2.wav"), RATE) / 32768).astype(np.float32)
+# the longest first, on every worker at once (each worker thread has its own malloc arena,
+# and a sequence of single passes reaches the second one at random), so buffers are at
+# their largest from the start
+with ThreadPoolExecutor(PASSES_AT_ONCE) as workers:
+    list(workers.map(decoder.transcribe, [audio] * PASSES_AT_ONCE))
+# then every pass a new length
 for i, n in enumerate(np.linspace(len(audio), RATE, 60).astype(int)):
-    decoder.transcribe(audio[:n].astype(np.float32))
+    decoder.transcribe(audio[:n])
     if i == 9:
         rss()
 rss()

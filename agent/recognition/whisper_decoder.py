@@ -168,6 +168,7 @@ class WhisperDecoder:
         threads: int,
         language: str | None,
         min_window_secs: float = MIN_WINDOW_SECS,
+        workers: int = PASSES_AT_ONCE,
     ) -> None:
         self.min_window_secs = min_window_secs
         self.model = WhisperModel(
@@ -175,7 +176,7 @@ class WhisperDecoder:
             device="cpu",
             compute_type=compute_type,
             cpu_threads=threads,
-            num_workers=PASSES_AT_ONCE,
+            num_workers=workers,
         )
         multilingual = self.model.model.is_multilingual
         self.tokenizer = Tokenizer(

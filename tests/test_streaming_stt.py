@@ -26,7 +26,15 @@ from agent.tools.transcribe import (
     transcribe_stream,
 )
 from agent.transports.replay import ReplayInput, ReplayTurn
+from benchmarks.clips import CORPUS
 from tests.conftest import SAMPLES, normalise, wer
+
+# Speech Commands words, as a turn each. Without the short-turn rule "no" is read greedily
+# as "Now.", and "eight" by the lull's pass, which stops before its soft "t", as "Hey".
+ONE_WORD_TURNS = {
+    "sc_no_37e8db82_nohash_1.wav": {"no"},
+    "sc_eight_742d6431_nohash_3.wav": {"eight", "8"},
+}
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +70,19 @@ def test_interims_come_while_speaking_and_no_word_is_lost_at_a_pause(decoder, se
     # interims grow towards the final text and carry a confirmed prefix
     assert any(e.confirmed for e in interims)
     assert all(normalise(e.confirmed) in normalise(e.text) for e in interims)
+
+
+@pytest.mark.skipif(not (CORPUS / "short").exists(), reason="needs ../shared/corpus")
+@pytest.mark.parametrize("name", ONE_WORD_TURNS)
+def test_a_one_word_turn_s_end_reads_its_whole_tail_with_beam_search(decoder, settings, name):
+    clip = load_audio(CORPUS / "short" / name, RATE)
+    heard = {}
+    for short_turn_secs in (settings.asr.short_turn_secs, None):
+        asr = settings.asr.model_copy(update={"short_turn_secs": short_turn_secs})
+        events = stream(decoder, settings.model_copy(update={"asr": asr}), name, clip)
+        heard[short_turn_secs] = normalise(" ".join(e.text for e in events if e.kind == "final"))
+    assert heard[settings.asr.short_turn_secs] in ONE_WORD_TURNS[name], heard
+    assert heard[None] not in ONE_WORD_TURNS[name], "heard right without the rule: tests nothing"
 
 
 class TimedDecoder:

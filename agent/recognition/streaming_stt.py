@@ -74,6 +74,7 @@ from agent.settings import ASRSettings
 OVERLAP_MAX_SECS = 10  # a voice over the bot kept this long at most (a barge-in opens sooner)
 NO_SPEECH_PROB = 0.5  # Whisper's own no-speech threshold is 0.6 (with a low log-probability)
 CONTEXT_MAX_SECS = 8.0  # a longer previous turn is not read again (each pass would pay for it)
+BEAM_SIZE = 5  # faster-whisper's default, for a short turn's end (ASRSettings.short_turn_secs)
 
 
 def heard_words(text: str, no_speech_prob: float, short: bool) -> str:
@@ -194,14 +195,18 @@ class StreamingWhisperSTT(FrameProcessor):
             self._maybe_start_interim(beside_one=True)
         elif isinstance(frame, SpeechPausedFrame) and self._utt is not None:
             last = self._last_pass
+            short = self._is_short(self._utt)
             heard_it_all = (
-                frame.quiet_from is not None
+                not short
+                and frame.quiet_from is not None
                 and last is not None
                 and last.position >= frame.quiet_from
                 and last.snap.generation == self._utt.generation
             )
             self._speculation = (
-                last if heard_it_all else self._start_pass(self._utt, speech_ended=True)
+                last
+                if heard_it_all
+                else self._start_pass(self._utt, speech_ended=True, careful=short)
             )
             self.create_task(self._report_pause_transcript(self._speculation))
         elif isinstance(frame, UserStoppedSpeakingFrame) and self._utt is not None:
@@ -228,6 +233,13 @@ class StreamingWhisperSTT(FrameProcessor):
     def _short_secs(self) -> float:
         """A turn this short may be a noise (see ``heard_words``)."""
         return self._settings.pre_roll_ms / 1000 + NOISE_MAX_SECS
+
+    def _is_short(self, utt: Utterance) -> bool:
+        """A word or two: no words around it to guess a clipped ending or a greedy slip from,
+        so its end is read with the whole tail the VAD's pause leaves, and with beam search
+        (cheap on a few tokens)."""
+        most = self._settings.short_turn_secs
+        return most is not None and utt.secs <= most
 
     @property
     def _interval_samples(self) -> int:
@@ -259,22 +271,31 @@ class StreamingWhisperSTT(FrameProcessor):
 
     # -- passes -----------------------------------------------------------------------------
 
-    def _start_pass(self, utt: Utterance, *, speech_ended: bool) -> _RunningPass:
+    def _start_pass(
+        self, utt: Utterance, *, speech_ended: bool, careful: bool = False
+    ) -> _RunningPass:
         snap = utt.snapshot()
-        running = self._run_pass(snap, speech_ended=speech_ended)
+        running = self._run_pass(snap, speech_ended=speech_ended, careful=careful)
         self._last_pass = _RunningPass(snap, running, self._clock, self._received)
         return self._last_pass
 
-    def _run_pass(self, snap: Snapshot, *, speech_ended: bool) -> asyncio.Future:
+    def _run_pass(
+        self, snap: Snapshot, *, speech_ended: bool, careful: bool = False
+    ) -> asyncio.Future:
         """A pass on the worker thread. Over audio that ends in a lull or pause it expects
         the previous pass's length (Whisper then closes the text and starts over, where that
         limit stops it); mid-speech Whisper loops inside the text, which the limit would cut
-        (decoded again in full: slower)."""
+        (decoded again in full: slower). ``careful``: beam search, for a short turn's end."""
         expect = snap.expect_tokens if speech_ended else None
-        loop = asyncio.get_running_loop()
         transcribe = functools.partial(
-            self._decoder.transcribe, snap.audio, snap.want_words, expect, context=snap.context
+            self._decoder.transcribe,
+            snap.audio,
+            snap.want_words,
+            expect,
+            context=snap.context,
+            beam_size=BEAM_SIZE if careful else 1,
         )
+        loop = asyncio.get_running_loop()
         return loop.run_in_executor(self._executor, transcribe)
 
     async def _report_failure(self, exc: BaseException, what: str) -> None:
@@ -358,7 +379,8 @@ class StreamingWhisperSTT(FrameProcessor):
                 # no speech since the pause and no trim: the speculative pass is the final one
                 result = await spec.future
                 return self._heard(utt, result), spec.ready_ms or self._clock.now_ms()
-            result = await self._run_pass(utt.snapshot(), speech_ended=True)
+            snap = utt.snapshot()
+            result = await self._run_pass(snap, speech_ended=True, careful=self._is_short(utt))
             return self._heard(utt, result), self._clock.now_ms()
         except Exception as exc:
             await self._report_failure(exc, "final")

@@ -214,31 +214,32 @@ class WhisperDecoder:
         words: bool = False,
         expect_tokens: int | None = None,
         context: Context | None = None,
+        beam_size: int = 1,
     ) -> Pass:
         """Transcribe float32 16 kHz audio (at most 30 s with its context).
 
         ``words`` asks for word timings; ``expect_tokens``, how many tokens the text is
         likely to need (see the module's docstring); ``context``, what the caller said just
         before (its audio is read first, its words forced as the text's start; the result
-        holds only the words after them, timed in ``audio``). Whisper sometimes stops a long
-        window early; like faster-whisper's own seek loop, decoding then resumes from the
-        last segment's end, on the audio that is left.
+        holds only the words after them, timed in ``audio``); ``beam_size``, 1 for greedy.
+        Whisper sometimes stops a long window early; like faster-whisper's own seek loop,
+        decoding then resumes from the last segment's end, on the audio that is left.
         """
         secs = len(audio) / RATE
         if context is not None and context.prefix and len(context.audio):
             window = np.concatenate([context.audio, audio])
-            done = self._window(window, words, expect_tokens, context.prefix)
+            done = self._window(window, words, expect_tokens, context.prefix, beam_size)
             _shift(done, -len(context.audio) / RATE)
             done.audio_secs = secs
         else:
-            done = self._window(audio, words, expect_tokens)
+            done = self._window(audio, words, expect_tokens, beam_size=beam_size)
         for _ in range(MAX_RESUMES):
             if done.restarted or not done.segments:
                 break
             if done.segments[-1].end > secs - RESUME_AFTER_SECS:
                 break
             offset = done.segments[-1].end
-            rest = self._window(audio[int(offset * RATE) :], words)
+            rest = self._window(audio[int(offset * RATE) :], words, beam_size=beam_size)
             if not rest.segments:
                 break
             for item in rest.segments + rest.words:
@@ -254,10 +255,15 @@ class WhisperDecoder:
         return done
 
     def _window(
-        self, audio: np.ndarray, words: bool, expect_tokens: int | None = None, prefix: str = ""
+        self,
+        audio: np.ndarray,
+        words: bool,
+        expect_tokens: int | None = None,
+        prefix: str = "",
+        beam_size: int = 1,
     ) -> Pass:
-        """One greedy decode of one unpadded window (``prefix``: its text's forced start,
-        left out of the result)."""
+        """One decode of one unpadded window (``prefix``: its text's forced start, left out
+        of the result)."""
         secs = len(audio) / RATE
         window = min(MAX_WINDOW_SECS, max(self.min_window_secs, secs + TRAILING_PAD_SECS))
         padded = np.zeros(int(window * RATE), dtype=np.float32)
@@ -272,12 +278,14 @@ class WhisperDecoder:
         limit = full
         if expect_tokens is not None:
             limit = min(full, 2 * (expect_tokens + len(forced) + EXPECT_MARGIN_TOKENS))
-        done, looped, cut_short = self._decode(encoded, secs, window, 1.0, limit, forced)
+        done, looped, cut_short = self._decode(encoded, secs, window, 1.0, limit, forced, beam_size)
         if cut_short and limit < full:  # the expected length was too short for the text
             limit = full
-            done, looped, _ = self._decode(encoded, secs, window, 1.0, limit, forced)
+            done, looped, _ = self._decode(encoded, secs, window, 1.0, limit, forced, beam_size)
         if looped:  # greedy tiny models loop ("War, War, War"): retry, discouraging repeats
-            retry, still, _ = self._decode(encoded, secs, window, LOOP_RETRY_PENALTY, limit, forced)
+            retry, still, _ = self._decode(
+                encoded, secs, window, LOOP_RETRY_PENALTY, limit, forced, beam_size
+            )
             if not still or len(retry.text) > len(done.text):
                 done = retry
         if words and done.text:
@@ -299,6 +307,7 @@ class WhisperDecoder:
         penalty: float,
         max_length: int,
         forced: list[int],
+        beam_size: int,
     ) -> tuple[Pass, bool, bool]:
         """A pass, whether it looped, and whether the length limit cut real text short.
 
@@ -311,7 +320,7 @@ class WhisperDecoder:
         result = self.model.model.generate(
             encoded,
             [prompt],
-            beam_size=1,
+            beam_size=beam_size,
             max_length=max_length,
             suppress_blank=True,
             suppress_tokens=[-1],

@@ -108,9 +108,9 @@ class ASRSettings(BaseModel):
         "the same sentence going on; null: every turn alone",
     )
     short_turn_secs: float | None = Field(
-        2.0,
+        1.4,
         ge=0,
-        description="a turn this short at its end (pre-roll included) is a word or two: its "
+        description="a turn this short at its end (past the pre-roll) is a word or two: its "
         "pause pass reads the whole tail after the VAD's pause (not the lull's pass, which "
         "can clip a soft last consonant) with beam search (a few tokens: cheap; on sentences "
         "beam costs 60 percent more and measured no better); null: no special case",

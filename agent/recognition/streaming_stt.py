@@ -239,7 +239,7 @@ class StreamingWhisperSTT(FrameProcessor):
         so its end is read with the whole tail the VAD's pause leaves, and with beam search
         (cheap on a few tokens)."""
         most = self._settings.short_turn_secs
-        return most is not None and utt.secs <= most
+        return most is not None and utt.secs <= self._settings.pre_roll_ms / 1000 + most
 
     @property
     def _interval_samples(self) -> int:

@@ -33,10 +33,10 @@ from agent.audio import load_audio
 from agent.recognition.whisper_decoder import RATE, WhisperDecoder
 from agent.settings import Settings
 from agent.timing.budget import rounded_percentile
+from benchmarks.clips import SAMPLES
 from benchmarks.memory import tree_rss_kib
 from benchmarks.results import write_json
 
-SAMPLES = Path(__file__).resolve().parents[1] / "agent" / "samples"
 STREAMS = 2  # passes always waiting: a lull's beside an interim, or two calls
 
 

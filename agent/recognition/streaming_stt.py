@@ -195,9 +195,9 @@ class StreamingWhisperSTT(FrameProcessor):
             self._maybe_start_interim(beside_one=True)
         elif isinstance(frame, SpeechPausedFrame) and self._utt is not None:
             last = self._last_pass
-            short = self._is_short(self._utt)
+            a_word_or_two = self._a_word_or_two(self._utt)
             heard_it_all = (
-                not short
+                not a_word_or_two
                 and frame.quiet_from is not None
                 and last is not None
                 and last.position >= frame.quiet_from
@@ -206,7 +206,7 @@ class StreamingWhisperSTT(FrameProcessor):
             self._speculation = (
                 last
                 if heard_it_all
-                else self._start_pass(self._utt, speech_ended=True, careful=short)
+                else self._start_pass(self._utt, speech_ended=True, careful=a_word_or_two)
             )
             self.create_task(self._report_pause_transcript(self._speculation))
         elif isinstance(frame, UserStoppedSpeakingFrame) and self._utt is not None:
@@ -232,14 +232,18 @@ class StreamingWhisperSTT(FrameProcessor):
     @property
     def _short_secs(self) -> float:
         """A turn this short may be a noise (see ``heard_words``)."""
-        return self._settings.pre_roll_ms / 1000 + NOISE_MAX_SECS
+        return self._pre_roll_secs + NOISE_MAX_SECS
 
-    def _is_short(self, utt: Utterance) -> bool:
+    @property
+    def _pre_roll_secs(self) -> float:
+        return self._settings.pre_roll_ms / 1000
+
+    def _a_word_or_two(self, utt: Utterance) -> bool:
         """A word or two: no words around it to guess a clipped ending or a greedy slip from,
         so its end is read with the whole tail the VAD's pause leaves, and with beam search
         (cheap on a few tokens)."""
         most = self._settings.short_turn_secs
-        return most is not None and utt.secs <= self._settings.pre_roll_ms / 1000 + most
+        return most is not None and utt.secs <= self._pre_roll_secs + most
 
     @property
     def _interval_samples(self) -> int:
@@ -379,8 +383,8 @@ class StreamingWhisperSTT(FrameProcessor):
                 # no speech since the pause and no trim: the speculative pass is the final one
                 result = await spec.future
                 return self._heard(utt, result), spec.ready_ms or self._clock.now_ms()
-            snap = utt.snapshot()
-            result = await self._run_pass(snap, speech_ended=True, careful=self._is_short(utt))
+            careful = self._a_word_or_two(utt)
+            result = await self._run_pass(utt.snapshot(), speech_ended=True, careful=careful)
             return self._heard(utt, result), self._clock.now_ms()
         except Exception as exc:
             await self._report_failure(exc, "final")

@@ -28,6 +28,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from agent.timing.budget import rounded_percentile
+
 PAUSE_LOOKBACK_MS = 800  # a pause pass began at most this long before the transcript came
 KINDS = ("smart", "prefill", "pass")  # the work that may run beside the pause's pass
 
@@ -141,11 +143,6 @@ def turn_ends(events: list[dict[str, Any]]) -> list[dict[str, float]]:
     return rows
 
 
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def summary_table(rows: list[dict[str, float]]) -> Table:
     table = Table(title=f"after the VAD's pause ({len(rows)} turn ends), ms")
     for column in ("", "n", "p50", "p90"):
@@ -155,7 +152,7 @@ def summary_table(rows: list[dict[str, float]]) -> Table:
         names += [n for n in row if n not in names]
     for name in names:
         values = [row[name] for row in rows if name in row]
-        p50, p90 = _percentile(values, 0.5), _percentile(values, 0.9)
+        p50, p90 = rounded_percentile(values, 50), rounded_percentile(values, 90)
         table.add_row(name, str(len(values)), f"{p50:.0f}", f"{p90:.0f}")
     return table
 

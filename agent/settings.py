@@ -201,6 +201,16 @@ class TurnSettings(BaseModel):
         "speech) may hear a finished sentence as less finished; None: the same as on "
         "wideband (benchmarks/eot_sweep.py --line phone)",
     )
+    narrowband_vad: bool = Field(
+        False,
+        description="Silero's 8 kHz model hears each window too (every second sample: for a "
+        "line with nothing over 4 kHz) and the more confident of the two counts",
+    )
+    phone_narrowband_vad: bool = Field(
+        True,
+        description="narrowband_vad on phone calls: the 16 kHz model alone hears pauses in "
+        "telephone speech that the caller did not make, the 8 kHz one alone misses quiet words",
+    )
     max_silence_secs: float = Field(
         1.5, gt=0, description="silence after which the turn ends whatever the detector says"
     )
@@ -499,13 +509,17 @@ class Settings(BaseSettings):
     )
 
     def for_phone(self) -> Settings:
-        """These settings for a phone call's audio (8 kHz: see ``phone_smart_turn_lean``)."""
-        lean = self.turn.phone_smart_turn_lean
-        if lean is None:
+        """These settings for a phone call's audio (8 kHz: see ``phone_smart_turn_lean`` and
+        ``phone_narrowband_vad``)."""
+        turn = self.turn
+        update: dict[str, Any] = {}
+        if turn.phone_smart_turn_lean is not None:
+            update["smart_turn_lean"] = turn.phone_smart_turn_lean
+        if turn.phone_narrowband_vad:
+            update["narrowband_vad"] = True
+        if not update:
             return self
-        return self.model_copy(
-            update={"turn": self.turn.model_copy(update={"smart_turn_lean": lean})}
-        )
+        return self.model_copy(update={"turn": turn.model_copy(update=update)})
 
     @field_validator("models_dir", "budget_file", mode="after")
     @classmethod

@@ -8,6 +8,9 @@ from pipecat.audio.vad.vad_analyzer import VADParams, VADState
 
 from agent.audio import load_audio
 from agent.recognition.turn_detector import SharedSileroVAD, TurnModels
+from agent.settings import Settings, TurnSettings
+from agent.transports.g711 import through_phone_line
+from benchmarks.clips import CORPUS
 from tests.conftest import SAMPLES
 
 pytestmark = pytest.mark.slow
@@ -53,3 +56,41 @@ def test_two_calls_on_one_session_keep_their_own_state():
     heard, nothing = asyncio.run(interleaved())
     assert heard == alone  # the other call's windows did not leak into this one's state
     assert set(nothing) == {VADState.QUIET}
+
+
+needs_corpus = pytest.mark.skipif(not CORPUS.exists(), reason="needs ../shared/corpus")
+# `main/` sentences said without a pause, in each of which Silero's 16 kHz model heard one
+# through the phone codec (its 8 kHz model none, and at 16 kHz neither).
+UNBROKEN = ("vctk_p226_016", "vctk_p226_019", "vctk_p228_008", "vctk_p228_011",
+            "arctic_aew_a0001")  # fmt: skip
+
+
+def heard(turn: TurnSettings, audio: np.ndarray) -> tuple[int, int]:
+    """How often the turn settings' VAD hears speech start and pause in the audio (with
+    half a second of silence before it and one after)."""
+    vad = SharedSileroVAD.for_turns(TurnModels.load().silero, turn, RATE)
+    padded = np.concatenate([np.zeros(RATE // 2, np.int16), audio, np.zeros(RATE, np.int16)])
+    seen = states(vad, padded)
+    pairs = list(zip(seen, seen[1:], strict=False))
+    starts = sum(1 for a, b in pairs if a == VADState.STARTING and b == VADState.SPEAKING)
+    pauses = sum(1 for a, b in pairs if a == VADState.STOPPING and b == VADState.QUIET)
+    return starts, pauses
+
+
+@needs_corpus
+def test_a_phone_line_heard_by_both_models_has_no_pause_the_caller_did_not_make():
+    wide, phone = Settings().turn, Settings().for_phone().turn
+    assert phone.narrowband_vad and not wide.narrowband_vad
+    clips = [load_audio(CORPUS / "main" / f"{name}.wav", RATE) for name in UNBROKEN]
+    lines = [through_phone_line(clip) for clip in clips]
+    assert [heard(wide, clip) for clip in clips] == [(1, 1)] * len(clips)
+    # the 16 kHz model alone hears pauses inside these sentences on the phone line
+    assert sum(heard(wide, line)[1] for line in lines) > len(clips)
+    assert [heard(phone, line) for line in lines] == [(1, 1)] * len(clips)
+
+
+@needs_corpus
+def test_a_quiet_word_on_a_phone_line_is_heard():
+    """A quiet "zero" (peak -34 dBFS), which Silero's 8 kHz model alone does not hear."""
+    zero = through_phone_line(load_audio(CORPUS / "short" / "audiomnist_0_01_0.wav", RATE))
+    assert heard(Settings().for_phone().turn, zero) == (1, 1)

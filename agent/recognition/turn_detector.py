@@ -70,6 +70,7 @@ from agent.recognition.utterance import NOISE_MAX_SECS, has_words
 from agent.settings import TurnSettings
 
 SMART_TURN_MAX_SECS = 8
+NARROWBAND_RATE = 8000  # Silero's telephone model
 # Smart Turn hears the turn from this long before its speech start (pipecat's pre-speech):
 # the caller's previous turn in its window made a one-word answer ("Yes.") sound unfinished.
 SMART_TURN_LEAD_SECS = 0.5
@@ -180,13 +181,29 @@ class SharedSileroVAD(SileroVADAnalyzer):
 
     ``peak_confidence``: the highest window confidence since the caller last reset it. The
     VAD's states also want a smoothed volume over ``min_volume``, which rises 100-200 ms
-    after Silero hears a voice; a barge-in hold needs the voice alone.
+    after Silero hears a voice; a barge-in hold needs the voice alone. ``narrowband``: Silero's
+    8 kHz model hears each 16 kHz window too, every second sample (a phone line holds nothing
+    over 4 kHz to fold back), and the more confident of the two counts: on telephone speech
+    the 16 kHz model hears pauses the caller did not make, and the 8 kHz one misses quiet words.
     """
 
-    def __init__(self, model: SileroOnnxModel, *, sample_rate: int, params: VADParams) -> None:
+    def __init__(
+        self,
+        model: SileroOnnxModel,
+        *,
+        sample_rate: int,
+        params: VADParams,
+        narrowband: bool = False,
+    ) -> None:
         VADAnalyzer.__init__(self, sample_rate=sample_rate, params=params)
         self._model = copy.copy(model)  # same session, state of its own
         self._model.reset_states()
+        self._narrow: SileroOnnxModel | None = None
+        if narrowband:
+            if sample_rate != NARROWBAND_RATE * 2:
+                raise ValueError(f"a narrowband VAD hears {2 * NARROWBAND_RATE} Hz audio")
+            self._narrow = copy.copy(model)
+            self._narrow.reset_states()
         self._windows_since_reset = 0
         self._low_confidence_windows = 0
         self.peak_confidence = 0.0
@@ -200,14 +217,22 @@ class SharedSileroVAD(SileroVADAnalyzer):
             start_secs=turn.vad_start_secs,
             stop_secs=turn.vad_stop_secs,
         )
-        vad = cls(model, sample_rate=rate, params=params)
+        vad = cls(model, sample_rate=rate, params=params, narrowband=turn.narrowband_vad)
         vad.set_sample_rate(rate)
         return vad
 
     def voice_confidence(self, buffer: bytes) -> float:
-        confidence = super().voice_confidence(buffer)
-        self.peak_confidence = max(self.peak_confidence, float(np.max(confidence)))
+        confidence = float(np.max(super().voice_confidence(buffer)))
+        if self._narrow is not None:
+            samples = np.frombuffer(buffer, dtype=np.int16)[::2].astype(np.float32) / 32768.0
+            confidence = max(confidence, float(np.max(self._narrow(samples, NARROWBAND_RATE))))
+        self.peak_confidence = max(self.peak_confidence, confidence)
         return confidence
+
+    def _maybe_reset_model(self, confidence: float) -> None:
+        super()._maybe_reset_model(confidence)
+        if self._narrow is not None and self._windows_since_reset == 0:  # reset just now
+            self._narrow.reset_states()
 
 
 class TurnDetector(FrameProcessor):

@@ -46,16 +46,20 @@ def test_null_in_the_environment_turns_an_option_off(monkeypatch):
     assert load_settings().turn.lull_pass_ms is None
 
 
-def test_a_phone_call_judges_the_end_of_turn_with_its_own_lean_threshold(monkeypatch):
+def test_a_phone_call_has_its_own_lean_threshold_and_narrowband_vad(monkeypatch):
     monkeypatch.delenv("VOICE_AGENT_CONFIG", raising=False)
     monkeypatch.setenv("VOICE_AGENT_TURN__SMART_TURN_LEAN", "0.4")
     monkeypatch.setenv("VOICE_AGENT_TURN__PHONE_SMART_TURN_LEAN", "0.15")
     s = load_settings()
     phone = s.for_phone()
     assert (s.turn.smart_turn_lean, phone.turn.smart_turn_lean) == (0.4, 0.15)
-    assert phone.turn.model_copy(update={"smart_turn_lean": 0.4}) == s.turn  # nothing else
+    assert (s.turn.narrowband_vad, phone.turn.narrowband_vad) == (False, True)
+    wide_again = {"smart_turn_lean": 0.4, "narrowband_vad": False}
+    assert phone.turn.model_copy(update=wide_again) == s.turn  # nothing else
     monkeypatch.setenv("VOICE_AGENT_TURN__PHONE_SMART_TURN_LEAN", "null")
-    assert load_settings().for_phone().turn.smart_turn_lean == 0.4
+    monkeypatch.setenv("VOICE_AGENT_TURN__PHONE_NARROWBAND_VAD", "false")
+    turn = load_settings().for_phone().turn
+    assert (turn.smart_turn_lean, turn.narrowband_vad) == (0.4, False)
 
 
 @pytest.mark.parametrize(

@@ -199,9 +199,7 @@ class SharedSileroVAD(SileroVADAnalyzer):
         self._model = copy.copy(model)  # same session, state of its own
         self._model.reset_states()
         self._narrow: SileroOnnxModel | None = None
-        if narrowband:
-            if sample_rate != NARROWBAND_RATE * 2:
-                raise ValueError(f"a narrowband VAD hears {2 * NARROWBAND_RATE} Hz audio")
+        if narrowband and sample_rate == 2 * NARROWBAND_RATE:  # at 8 kHz it is the only one
             self._narrow = copy.copy(model)
             self._narrow.reset_states()
         self._windows_since_reset = 0

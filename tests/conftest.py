@@ -19,14 +19,16 @@ from agent import model_store
 from agent.recognition.turn_detector import TurnModels
 from agent.settings import Settings
 from benchmarks import clips
-from benchmarks.clips import SAMPLES
+from benchmarks.clips import CORPUS, SAMPLES
 
-__all__ = ["SAMPLES", "normalise", "wer"]
+__all__ = ["SAMPLES", "needs_corpus", "normalise", "wer"]
 
 # Fixtures that hold a real model, or a run or server made with them.
 SLOW_FIXTURES = frozenset({"decoder", "eval_run", "inprocess", "models", "piper", "pool",
                            "replayed", "server"})  # fmt: skip
 REAL_MODELS = Settings().models_dir.resolve()
+# The developer corpus lies beside the checkout, not in it: a fresh clone skips these tests.
+needs_corpus = pytest.mark.skipif(not CORPUS.exists(), reason="needs ../shared/corpus")
 FAST_TIER_PATCH = pytest.StashKey[pytest.MonkeyPatch]()
 
 

@@ -32,6 +32,7 @@ from agent.synthesis.piper_tts import PiperVoiceModel
 from agent.tools.transcribe import TranscriptCollector, TranscriptEvent
 from agent.transports.replay import ReplayInput, ReplayTurn
 from benchmarks.clips import CORPUS
+from tests.conftest import needs_corpus
 from tests.fakes import HeardOut
 
 
@@ -122,9 +123,6 @@ def heard(
     )
     asyncio.run(run_pipeline(pipeline, rate=RATE))
     return [e.text for e in events if e.kind == "final"], ends
-
-
-needs_corpus = pytest.mark.skipif(not CORPUS.exists(), reason="needs ../shared/corpus")
 
 
 @pytest.mark.slow

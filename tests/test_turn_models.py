@@ -11,7 +11,7 @@ from agent.recognition.turn_detector import SharedSileroVAD, TurnModels
 from agent.settings import Settings, TurnSettings
 from agent.transports.g711 import through_phone_line
 from benchmarks.clips import CORPUS
-from tests.conftest import SAMPLES
+from tests.conftest import SAMPLES, needs_corpus
 
 pytestmark = pytest.mark.slow
 
@@ -58,7 +58,6 @@ def test_two_calls_on_one_session_keep_their_own_state():
     assert set(nothing) == {VADState.QUIET}
 
 
-needs_corpus = pytest.mark.skipif(not CORPUS.exists(), reason="needs ../shared/corpus")
 # `main/` sentences said without a pause, in each of which Silero's 16 kHz model heard one
 # through the phone codec (its 8 kHz model none, and at 16 kHz neither).
 UNBROKEN = ("vctk_p226_016", "vctk_p226_019", "vctk_p228_008", "vctk_p228_011",

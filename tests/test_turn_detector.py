@@ -14,13 +14,14 @@ from pipecat.frames.frames import (
     InputAudioRawFrame,
     InterruptionFrame,
     UserStartedSpeakingFrame,
+    UserStoppedSpeakingFrame,
     VADUserStoppedSpeakingFrame,
 )
 from pipecat.processors.frame_processor import FrameDirection
 from pipecat.tests.utils import run_test
 
 from agent.audio import load_audio, speech_bounds
-from agent.clock import CallClock
+from agent.clock import CallClock, ComputeClock
 from agent.frames import HoldBotAudioFrame
 from agent.recognition.turn_detector import REJUDGE_SECS, TurnDetector, TurnModels
 from benchmarks.clips import CORPUS
@@ -79,6 +80,43 @@ async def test_speech_over_the_bot_holds_its_audio_at_once(settings, speech_ms, 
         assert any(isinstance(f, InterruptionFrame) for f in down)
     else:
         assert [h for _, h in holds] == [True, False] and not opened
+
+
+class ComputePacedDetector(TurnDetector):
+    """The turn detector on a compute-paced clock: each audio frame waits for the work the
+    audio before it started (Smart Turn's verdicts, the end-of-turn decision) to finish, so
+    a turn's end comes where an infinitely fast machine would decide it."""
+
+    async def process_frame(self, frame, direction):
+        if isinstance(frame, InputAudioRawFrame):
+            await self._clock.wait_until(self._clock.now_ms() + len(frame.audio) * 500 / RATE)
+        await super().process_frame(frame, direction)
+
+
+@pytest.mark.parametrize("bot_starts", ["in_the_turn", "after_it"])
+async def test_the_bot_s_audio_starting_over_an_open_turn_stops_at_once(settings, bot_starts):
+    """A greeting whose audio begins after the caller started talking (or an answer that
+    raced their next turn) stops: the hold acts only on a voice that starts over the bot,
+    so without this it played over the caller to its end. The caller's turn goes on and
+    ends as it would have. Audio that starts after the turn ended is the answer: it plays."""
+    home = load_audio(SAMPLES / "new_home_in_the_stars.wav", RATE)
+    pcm = np.concatenate([np.zeros(RATE // 2, np.int16), home, np.zeros(2 * RATE, np.int16)])
+    frames = audio_frames(pcm)
+    spoken_from = (RATE // 2 + speech_bounds(home, RATE)[0]) // CHUNK
+    at = spoken_from + 25 if bot_starts == "in_the_turn" else len(frames)  # 0.5 s in; after
+    detector = ComputePacedDetector(settings.turn, TurnModels.load(), ComputeClock(), rate=RATE)
+    down, _ = await run_test(
+        detector, frames_to_send=[*frames[:at], BotStartedSpeakingFrame(), *frames[at:]]
+    )
+    kinds = [type(f) for f in down if not isinstance(f, InputAudioRawFrame)]
+    assert kinds.count(UserStartedSpeakingFrame) == kinds.count(UserStoppedSpeakingFrame) == 1
+    assert HoldBotAudioFrame not in kinds  # no barge-in to judge: the caller was first
+    if bot_starts == "in_the_turn":
+        assert kinds.count(InterruptionFrame) == 1
+        assert kinds.index(UserStartedSpeakingFrame) < kinds.index(InterruptionFrame)
+        assert kinds.index(InterruptionFrame) < kinds.index(UserStoppedSpeakingFrame)
+    else:
+        assert InterruptionFrame not in kinds
 
 
 class HoldTimedDetector(AudioClockedDetector):

@@ -5,6 +5,9 @@ Frames out (audio passes straight through first, so recognition never waits on u
   the VAD's first speech window: its audio stops at once, not ``vad_start_secs`` later;
   released when no speech is confirmed;
 - ``UserStartedSpeakingFrame`` when a turn opens (and an interruption if the bot is talking);
+  an interruption too when the bot's audio starts while a turn is open (a greeting that
+  came after the caller began, an answer that raced the caller's next turn): the bot never
+  talks over a caller whose turn has not ended;
 - ``SpeechLullFrame`` when the line has been quiet for ``lull_pass_ms`` while the VAD still
   hears a voice (recognition runs a pass then);
 - ``SpeechPausedFrame`` the moment the VAD hears silence (recognition starts its
@@ -295,6 +298,8 @@ class TurnDetector(FrameProcessor):
         await self.push_frame(frame, direction)
         if isinstance(frame, BotStartedSpeakingFrame):
             self._bot_speaking = True
+            if self._in_turn:  # it began over a caller already talking: it stops at once
+                await self.broadcast_interruption()
         elif isinstance(frame, BotStoppedSpeakingFrame):
             self._bot_speaking = False
             if not self._in_turn and self._barge_in_from is None:

@@ -162,6 +162,25 @@ async def test_a_call_that_needs_the_fallback_again_hears_other_words():
     assert said == second and not repeats(second, [first])
 
 
+async def test_a_first_sentence_opening_as_a_recent_answer_did_is_left_out():
+    """A small model falls into a template ("What kind of toys do you have?", "What kind of
+    gold do you have?", ...) that no single sentence repeats: a first sentence that opens
+    with the words one of the last two answers opened with is left unsaid, as a repeat is."""
+    calls = ("Hi.", "What kind of toys do you have?", "I have a toy frog.")
+    engine = ScriptedEngine("What kind of frog is it? Frogs are fun.")
+    assert await spoken(engine, history(*calls)) == " Frogs are fun."
+    # Alone, it is asked again; the second try samples, and its opening is its own.
+    engine = ScriptedEngine("What kind of frog is it?", "What kind of frog? A green one!")
+    assert await spoken(engine, history(*calls)) == "What kind of frog? A green one!"
+    assert len(engine.requests) == 2
+    # Later in the answer the words are free, and so is an opening three answers back.
+    engine = ScriptedEngine("Nice. What kind of frog is it?")
+    assert await spoken(engine, history(*calls)) == "Nice. What kind of frog is it?"
+    older = (*calls, "A frog!", "It sings.", "Lovely.", "It is green.")
+    engine = ScriptedEngine("What kind of frog is it?")
+    assert await spoken(engine, history(*older)) == "What kind of frog is it?"
+
+
 async def test_a_phrase_looping_inside_the_answer_is_cut():
     engine = ScriptedEngine("L'Alma, la France, la France, la France, la France, la France.")
     said = await spoken(engine, history("What is the capital of France?"))

@@ -14,7 +14,11 @@ on the token stream, before anything reaches synthesis:
   four) is ended there, without decoding the rest of the caller's sentence;
 - the answer ends after ``max_sentences`` sentences, at the end of the last one, without
   waiting for the model to stop;
-- a phrase that starts repeating itself inside the answer ends it.
+- a phrase that starts repeating itself inside the answer ends it;
+- a first sentence that opens with the words one of the last two answers opened with
+  ("What kind of gold do you have?" after "What kind of toys do you have?") is held and
+  left unsaid, as a repeat is: a small model copies its own last answers' shape into a
+  rut that no single sentence repeats.
 
 The same helpers judge the conversation benchmark and the history filter, so what counts
 as a repeat, a loop or an echo is defined once.
@@ -23,7 +27,7 @@ as a repeat, a loop or an echo is defined once.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 from enum import Enum
@@ -42,6 +46,9 @@ ECHO_MIN_WORDS = 3  # a caller's sentence this short said back is no echo ("Good
 SIMILAR = 0.9  # SequenceMatcher ratio over words from which two sentences count as the same
 CLAUSE = re.compile(r"[,;:]\s")
 MAX_SKIPPED = 2  # sentences left unsaid in one answer before it is ended
+# An answer opening with the same words as one of the last few is a template, not a reply.
+OPENING_WORDS = 3
+RECENT_OPENINGS = 2
 
 
 @lru_cache(maxsize=4096)
@@ -157,6 +164,17 @@ def is_echo(answer: str, heard: str) -> bool:
     return any(similar(a, h) for a in units(answer) for h in echo_units(heard))
 
 
+def opening(text: str) -> tuple[str, ...] | None:
+    """The first ``OPENING_WORDS`` words of ``text``, normalised (None when it is shorter)."""
+    head = tuple(normalise(text).split()[:OPENING_WORDS])
+    return head if len(head) == OPENING_WORDS else None
+
+
+def recent_openings(answers: Sequence[str]) -> set[tuple[str, ...]]:
+    """How the last ``RECENT_OPENINGS`` answers opened."""
+    return {o for a in answers[-RECENT_OPENINGS:] if (o := opening(a)) is not None}
+
+
 def repeats(answer: str, earlier: Iterable[str]) -> bool:
     """The answer says a sentence that one of the ``earlier`` answers already said."""
     before = [s for text in earlier for s in sentences(text)]
@@ -188,8 +206,13 @@ class AnswerEditor:
     be fed to the same editor after ``REGENERATE``, which starts the current sentence over).
     """
 
-    def __init__(self, said: Iterable[str], heard: str, max_sentences: int) -> None:
+    def __init__(
+        self, said: Iterable[str], heard: str, max_sentences: int, recent: Sequence[str] = ()
+    ) -> None:
+        """``recent``: the call's answers so far, oldest first: the first try may not open
+        as the last of them did."""
         units_said = [s for text in said for s in sentences(text)]
+        self._openings = recent_openings(recent)
         self._blocked = [b for b in map(normalise, [*units_said, *echo_units(heard)]) if b]
         self._heard = heard
         self._asked = heard.rstrip().endswith("?")
@@ -209,6 +232,7 @@ class AnswerEditor:
         """A new stream follows: the sentence in progress (never released) starts over.
         ``note``: the instruction sent with it, which must not be read back either."""
         self._pending, self._released, self.skipped = "", 0, 0
+        self._openings = set()  # the second try samples: its opening is its own
         self._blocked += [b for b in map(normalise, echo_units(note)) if b]
         self._heard = f"{self._heard} {note}".strip()
 
@@ -227,6 +251,10 @@ class AnswerEditor:
             )
         )
 
+    def _copies_opening(self, words: list[str]) -> bool:
+        """The answer would open with these words as one of the last answers opened."""
+        return not self.spoken and tuple(words[:OPENING_WORDS]) in self._openings
+
     def _held(self, partial: str) -> bool:
         """The sentence so far could still become one already said: keep it back.
 
@@ -235,6 +263,8 @@ class AnswerEditor:
         if not words:
             return True  # no word yet (an opening bracket or quote): wait for one
         whole = _whole_words(partial)
+        if self._copies_opening(whole):
+            return True
         for b in self._said_before():
             if b.startswith(words) or (len(b.split()) >= 3 and words.startswith(b + " ")):
                 return True
@@ -245,7 +275,9 @@ class AnswerEditor:
     def _end_sentence(self, end: int) -> Edit:
         sentence, self._pending = self._pending[:end], self._pending[end:]
         released, self._released = self._released, 0
-        repeat, loop = self._blocks(sentence), has_loop("".join(self.spoken) + sentence)
+        copied = self._copies_opening(normalise(sentence).split())
+        repeat = self._blocks(sentence) or copied
+        loop = has_loop("".join(self.spoken) + sentence)
         released = released if normalise(sentence[:released]) else 0  # marks alone: unsaid
         if released and (repeat or loop):
             # Part of it is out already: a repeat is said to its end (half a sentence is
@@ -255,7 +287,7 @@ class AnswerEditor:
             self.spoken.append(sentence if not loop else sentence[:released])
             return Edit(out, Verdict.STOP)
         if repeat or loop:
-            self.cut = "repeat" if repeat else "loop"
+            self.cut = "opening" if copied else "repeat" if repeat else "loop"
             self.skipped += 1
             if self.skipped > MAX_SKIPPED:
                 return Edit("", Verdict.STOP if self.spoken else Verdict.REGENERATE)

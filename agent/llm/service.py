@@ -265,7 +265,7 @@ class StreamingLLM(FrameProcessor):
         # they are nonsense ("I had a really long day today." to a caller's statement).
         examples = [line for e in s.examples for line in (e.caller, e.answer)]
         heard = str(history[-1].get("content") or "")
-        editor = AnswerEditor([*examples, *said], heard, s.max_sentences)
+        editor = AnswerEditor([*examples, *said], heard, s.max_sentences, recent=said)
         await self._emit(LLMFullResponseStartFrame())
         await self._emit(TimelineEventFrame(event="llm_request", at_ms=self._clock.now_ms()))
         self._last_request = self._clock.now_ms() / 1000

@@ -208,6 +208,11 @@ async def test_an_echo_stops_decoding_as_soon_as_it_reads_the_caller_back():
     engine = ScriptedEngine("The Norsemen were sailors who crossed the sea in open boats.")
     said = await spoken(engine, history(heard))
     assert said == "The Norsemen were sailors who crossed the sea in open boats."
+    # Nothing else held it (it begins no sentence said before): the caller's words from the
+    # middle of their sentence, behind a quote mark, are held as the run goes on, then ended.
+    engine = ScriptedEngine('"Rainbow as a bridge over which the gods passed."', "How lovely.")
+    assert await spoken(engine, history(heard)) == "How lovely."
+    assert engine.taken[0] == 5
 
 
 async def test_answers_that_diverge_at_once_are_not_held_back():

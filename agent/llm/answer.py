@@ -11,7 +11,9 @@ on the token stream, before anything reaches synthesis:
   nothing; a full match asks for another answer (``REGENERATE``) when nothing of this answer
   was released yet, and ends the answer otherwise (``STOP``); a held sentence that reads
   the caller back (eight of their words in a row, or, answering a statement, an opening of
-  four) is ended there, without decoding the rest of the caller's sentence;
+  four) is ended there, without decoding the rest of the caller's sentence; an answer to a
+  statement is held while its first words are a run of the caller's, so such an opening
+  is caught even where it begins no sentence said before;
 - the answer ends after ``max_sentences`` sentences, at the end of the last one, without
   waiting for the model to stop;
 - a phrase that starts repeating itself inside the answer ends it;
@@ -255,6 +257,14 @@ class AnswerEditor:
         """The answer would open with these words as one of the last answers opened."""
         return not self.spoken and tuple(words[:OPENING_WORDS]) in self._openings
 
+    def _may_open_with_echo(self, words: str) -> bool:
+        """An answer to a statement whose words so far (normalised, the last one maybe half
+        a word) are a run of the caller's: at ``ECHO_OPEN_WORDS`` words it is an echo,
+        which ``feed`` ends, so none of it may go out before."""
+        if self._asked or self.text.strip() or len(words.split()) > ECHO_OPEN_WORDS:
+            return False
+        return f" {words}" in f" {normalise(self._heard)} "
+
     def _held(self, partial: str) -> bool:
         """The sentence so far could still become one already said: keep it back.
 
@@ -263,7 +273,7 @@ class AnswerEditor:
         if not words:
             return True  # no word yet (an opening bracket or quote): wait for one
         whole = _whole_words(partial)
-        if self._copies_opening(whole):
+        if self._copies_opening(whole) or self._may_open_with_echo(words):
             return True
         for b in self._said_before():
             if b.startswith(words) or (len(b.split()) >= 3 and words.startswith(b + " ")):

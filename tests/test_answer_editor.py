@@ -156,10 +156,14 @@ async def test_the_example_exchanges_lines_are_never_said():
 
 
 async def test_a_call_that_needs_the_fallback_again_hears_other_words():
-    first, second, *_ = SETTINGS.fallback_lines
+    first, second, third = SETTINGS.fallback_lines
     engine = ScriptedEngine("Hello there.", "Hello there.")
     said = await spoken(engine, history("Hi.", "Hello there.", "Hi?", first, "Hi again?"))
     assert said == second and not repeats(second, [first])
+    # Once it heard them all, the one heard longest ago (not the first again and again).
+    calls = ("Hi.", "Hello there.", "A?", second, "B?", first, "C?", third, "D?")
+    engine = ScriptedEngine("Hello there.", "Hello there.")
+    assert await spoken(engine, history(*calls)) == second
 
 
 async def test_a_first_sentence_opening_as_a_recent_answer_did_is_left_out():

@@ -322,11 +322,15 @@ class StreamingLLM(FrameProcessor):
         return usage
 
     def _fallback(self, said: list[str], lines: list[str] | None = None) -> str:
-        """The first of ``lines`` (the fallback lines by default) this call has not heard yet
-        (the first one again when it heard them all): the same words twice sound like a
-        machine stuck."""
+        """The first of ``lines`` (the fallback lines by default) this call has not heard yet,
+        or, when it heard them all, the one it heard longest ago: the same words twice in a
+        row sound like a machine stuck."""
         lines = lines or self._settings.fallback_lines
-        return next((line for line in lines if not repeats(line, said)), lines[0])
+
+        def last_heard(line: str) -> int:
+            return max((i for i, answer in enumerate(said) if repeats(line, [answer])), default=-1)
+
+        return min(lines, key=last_heard)
 
     async def _stream_edited(
         self,

@@ -166,15 +166,10 @@ def is_echo(answer: str, heard: str) -> bool:
     return any(similar(a, h) for a in units(answer) for h in echo_units(heard))
 
 
-def opening(text: str) -> tuple[str, ...] | None:
-    """The first ``OPENING_WORDS`` words of ``text``, normalised (None when it is shorter)."""
-    head = tuple(normalise(text).split()[:OPENING_WORDS])
+def opening(words: Sequence[str]) -> tuple[str, ...] | None:
+    """The first ``OPENING_WORDS`` of normalised ``words`` (None when there are fewer)."""
+    head = tuple(words[:OPENING_WORDS])
     return head if len(head) == OPENING_WORDS else None
-
-
-def recent_openings(answers: Sequence[str]) -> set[tuple[str, ...]]:
-    """How the last ``RECENT_OPENINGS`` answers opened."""
-    return {o for a in answers[-RECENT_OPENINGS:] if (o := opening(a)) is not None}
 
 
 def repeats(answer: str, earlier: Iterable[str]) -> bool:
@@ -214,7 +209,8 @@ class AnswerEditor:
         """``recent``: the call's answers so far, oldest first: the first try may not open
         as the last of them did."""
         units_said = [s for text in said for s in sentences(text)]
-        self._openings = recent_openings(recent)
+        heads = (opening(normalise(a).split()) for a in recent[-RECENT_OPENINGS:])
+        self._openings = {head for head in heads if head is not None}
         self._blocked = [b for b in map(normalise, [*units_said, *echo_units(heard)]) if b]
         self._heard = heard
         self._asked = heard.rstrip().endswith("?")
@@ -255,7 +251,7 @@ class AnswerEditor:
 
     def _copies_opening(self, words: list[str]) -> bool:
         """The answer would open with these words as one of the last answers opened."""
-        return not self.spoken and tuple(words[:OPENING_WORDS]) in self._openings
+        return not self.spoken and opening(words) in self._openings
 
     def _may_open_with_echo(self, words: str) -> bool:
         """An answer to a statement whose words so far (normalised, the last one maybe half

@@ -45,6 +45,12 @@ def test_answer_checks_find_repeats_loops_and_echoes():
     assert not loops("Yes. Yes. The sky is blue.")  # short sentences may come back
     assert echoes("what part of the united states is your home", "The United States is your home.")
     assert not echoes("what is the capital of france", "The capital is Paris.")
+    # Read back behind words of its own (real-time main/ answers the opening rule missed).
+    snake = "We also need a small plastic snake and a big toy frog for the kids."
+    assert echoes(snake, "You also need a small plastic snake and a big toy frog for the kids.")
+    assert echoes("People look, but no one ever finds it.",
+                  "You have the ability to look, but no one ever finds it.")  # fmt: skip
+    assert not echoes(snake, "What will the kids do with the frog?")
     assert calls.check("hello there", "").problems == ["empty"]
     # Asked for: the same answer again is no repeat.
     assert calls.check("sorry can you say that again", "I am Joe. How can I help?").problems == []

@@ -1,8 +1,8 @@
 """Answer sanity: what a caller hears as broken, whatever the question was.
 
 An empty answer, an answer that repeats an earlier one of the call (whole, or one of its
-sentences), a sentence said twice inside one answer (a loop), and an answer that opens by
-echoing the caller's words. An answer said again because the caller asked to hear it
+sentences), a sentence said twice inside one answer (a loop), and an answer that echoes
+the caller's words. An answer said again because the caller asked to hear it
 again is not a repeat.
 """
 
@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from agent.evaluation.text import words
-from agent.llm.answer import opens_with_run_of
+from agent.llm.answer import is_echo
 from agent.llm.say_again import asks_to_hear_again
 
 MIN_SENTENCE_WORDS = 3  # shorter sentences ("Okay.", "Thank you.") may well come back
@@ -31,9 +31,9 @@ def loops(answer: str) -> bool:
 
 
 def echoes(caller: str, answer: str) -> bool:
-    """The answer opens with ``ECHO_OPEN_WORDS`` of the caller's words in a row: the echo the
-    answer editor ends, graded with the eval's normaliser."""
-    return opens_with_run_of(words(answer), words(caller))
+    """The answer reads the caller back, by the answer editor's own rule (``is_echo``): the
+    eval counts what the editor is meant to keep from being said."""
+    return is_echo(answer, caller)
 
 
 @dataclass

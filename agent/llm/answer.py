@@ -159,9 +159,13 @@ def opens_with_run_of(words: list[str], said: list[str]) -> bool:
 
 def is_echo(answer: str, heard: str) -> bool:
     """The answer repeats the caller: one of its sentences is a sentence or clause of three
-    words or more of the caller's turn, or it reads back ``ECHO_RUN_WORDS`` of the caller's
-    words in a row (a short read-back, "your booking number is 3 5 8", is not an echo)."""
+    words or more of the caller's turn, it reads back ``ECHO_RUN_WORDS`` of the caller's
+    words in a row (a short read-back, "your booking number is 3 5 8", is not an echo), or,
+    answering a statement, it opens with ``ECHO_OPEN_WORDS`` of them in a row."""
     if reads_back(answer, heard):
+        return True
+    said = normalise(heard).split()
+    if not heard.rstrip().endswith("?") and opens_with_run_of(normalise(answer).split(), said):
         return True
     return any(similar(a, h) for a in units(answer) for h in echo_units(heard))
 

@@ -24,8 +24,9 @@ fi
 .venv/bin/python -m pip install -q --disable-pip-version-check "uv>=0.5,<1"
 
 # llama-cpp-python has no binary wheel on the package index: the first set-up on a machine
-# builds one (about 9.5 minutes on 2 cores, for any x86-64 with AVX2 unless CMAKE_ARGS says
-# otherwise) and keeps it in ~/.cache/voice-agent/wheels; later checkouts install that wheel.
+# builds one (4-10 minutes on 2 cores; AVX2, and AVX-512 where this CPU runs it, unless
+# CMAKE_ARGS says otherwise) and keeps it in ~/.cache/voice-agent/wheels; later checkouts
+# install that wheel.
 WHEELS=$(.venv/bin/python scripts/llama_wheel.py)
 .venv/bin/uv pip install --quiet --python .venv/bin/python --find-links "$WHEELS" -e ".[dev]"
 

@@ -26,7 +26,17 @@ def llama_wheel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     monkeypatch.delenv("UV_CACHE_DIR", raising=False)
     monkeypatch.delenv("CMAKE_ARGS", raising=False)
     monkeypatch.setattr(module, "build", _no_build)
+    monkeypatch.setattr(module, "cpu_flags", lambda: ZEN3)  # the same key on any test machine
     return module
+
+
+# /proc/cpuinfo flags (abridged) of an AMD Zen 3 (AVX2 only) and of a Sapphire Rapids VM
+# (AVX-512 with VNNI, VBMI and BF16; AMX advertised, which such a VM may not enable).
+ZEN3 = {"sse4_2", "avx", "avx2", "fma", "f16c", "bmi2", "vaes", "vpclmulqdq"}
+SAPPHIRE_RAPIDS = ZEN3 | {
+    "avx512f", "avx512dq", "avx512cd", "avx512bw", "avx512vl", "avx512vbmi", "avx512_vnni",
+    "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16",
+}  # fmt: skip
 
 
 def _no_build(version: str, scratch: Path) -> Path:
@@ -47,8 +57,24 @@ def test_the_key_follows_cmake_args(llama_wheel, monkeypatch):
     assert default.parent == llama_wheel.cache_home() / "voice-agent" / "wheels"
     monkeypatch.setenv("CMAKE_ARGS", "-DGGML_NATIVE=ON")
     assert llama_wheel.wheel_dir(version) != default
-    monkeypatch.setenv("CMAKE_ARGS", llama_wheel.DEFAULT_CMAKE_ARGS)
+    monkeypatch.setenv("CMAKE_ARGS", llama_wheel.AVX2_CMAKE_ARGS)
     assert llama_wheel.wheel_dir(version) == default
+
+
+def test_the_build_uses_avx512_where_the_cpu_runs_it_and_never_amx(llama_wheel):
+    # An AVX2 machine keeps the flags (and so the kept wheel) of every earlier set-up.
+    assert llama_wheel.default_cmake_args(ZEN3) == llama_wheel.AVX2_CMAKE_ARGS
+    args = llama_wheel.default_cmake_args(SAPPHIRE_RAPIDS).split()
+    for name in ("AVX2", "AVX512", "AVX512_VNNI", "AVX512_VBMI", "AVX512_BF16"):
+        assert f"-DGGML_{name}=ON" in args
+    assert all(f"-DGGML_AMX_{part}=OFF" in args for part in ("TILE", "INT8", "BF16"))
+    assert "-DGGML_NATIVE=OFF" in args
+    # AVX-512 without VNNI (Skylake-SP): the base set only.
+    skylake = ZEN3 | {"avx512f", "avx512dq", "avx512cd", "avx512bw", "avx512vl"}
+    args = llama_wheel.default_cmake_args(skylake).split()
+    assert "-DGGML_AVX512=ON" in args and "-DGGML_AVX512_VNNI=OFF" in args
+    # Part of the base set missing: no AVX-512 at all.
+    assert llama_wheel.default_cmake_args(skylake - {"avx512bw"}) == llama_wheel.AVX2_CMAKE_ARGS
 
 
 def test_a_kept_wheel_is_used_and_nothing_is_built(llama_wheel):

@@ -128,6 +128,7 @@ def build(version: str, scratch: Path) -> Path:
     )
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
+         "--no-cache-dir",  # pip's cache keys a built wheel by its source, not CMAKE_ARGS
          "--no-deps", "--no-binary", PACKAGE, "-w", str(scratch), f"{PACKAGE}=={version}"],
         check=True, env={**os.environ, "CMAKE_ARGS": cmake_args()},
     )  # fmt: skip

@@ -28,7 +28,9 @@ fi
 # CMAKE_ARGS says otherwise) and keeps it in ~/.cache/voice-agent/wheels; later checkouts
 # install that wheel.
 WHEELS=$(.venv/bin/python scripts/llama_wheel.py)
-.venv/bin/uv pip install --quiet --python .venv/bin/python --find-links "$WHEELS" -e ".[dev]"
+# --reinstall-package: a venv made before the flags changed gets this machine's kept wheel.
+.venv/bin/uv pip install --quiet --python .venv/bin/python --find-links "$WHEELS" \
+  --reinstall-package llama-cpp-python -e ".[dev]"
 
 .venv/bin/voice-agent models pull
 

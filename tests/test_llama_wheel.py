@@ -16,11 +16,19 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "llama_wheel.py"
 
 
 @pytest.fixture
-def llama_wheel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+def script() -> ModuleType:
+    """The script as it is (its own copy per test: the tests patch it)."""
     spec = importlib.util.spec_from_file_location("llama_wheel", SCRIPT)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def llama_wheel(script: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """The script with no build and no environment of this machine's."""
+    module = script
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.delenv("VOICE_AGENT_WHEELS", raising=False)
     monkeypatch.delenv("UV_CACHE_DIR", raising=False)
@@ -77,18 +85,13 @@ def test_the_build_uses_avx512_where_the_cpu_runs_it_and_never_amx(llama_wheel):
     assert llama_wheel.default_cmake_args(skylake - {"avx512bw"}) == llama_wheel.AVX2_CMAKE_ARGS
 
 
-def test_the_build_never_takes_a_wheel_from_pips_cache(llama_wheel, monkeypatch, tmp_path):
+def test_the_build_never_takes_a_wheel_from_pips_cache(script, monkeypatch, tmp_path):
     """pip keys a wheel it built by its source archive, so its cache would hand back a wheel
     built with other CMAKE_ARGS (an AVX2 build where AVX-512 was asked for)."""
     calls: list[list[str]] = []
-    monkeypatch.setattr(llama_wheel.subprocess, "run", lambda cmd, **kw: calls.append(cmd))
-    spec = importlib.util.spec_from_file_location("llama_wheel_real", SCRIPT)
-    assert spec and spec.loader
-    real = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(real)
-    monkeypatch.setattr(real, "subprocess", llama_wheel.subprocess)
+    monkeypatch.setattr(script.subprocess, "run", lambda cmd, **kw: calls.append(cmd))
     with pytest.raises(SystemExit, match="built no"):
-        real.build("0.3.36", tmp_path)
+        script.build("0.3.36", tmp_path)
     (pip_wheel,) = calls
     assert pip_wheel[1:4] == ["-m", "pip", "wheel"] and "--no-cache-dir" in pip_wheel
 

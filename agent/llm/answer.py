@@ -141,6 +141,12 @@ def echo_units(heard: str) -> tuple[str, ...]:
     return tuple(u for u in units(heard) if len(normalise(u).split()) >= ECHO_MIN_WORDS)
 
 
+def is_question(heard: str) -> bool:
+    """The caller asked (their turn ends on a question mark): a question is answered, so
+    opening with its words is no echo, and an acknowledgement is no answer to it."""
+    return heard.rstrip().endswith("?")
+
+
 def reads_back(answer: str, heard: str) -> bool:
     """The answer says ``ECHO_RUN_WORDS`` of the caller's words in a row."""
     words, said = f" {normalise(answer)} ", normalise(heard).split()
@@ -165,7 +171,7 @@ def is_echo(answer: str, heard: str) -> bool:
     if reads_back(answer, heard):
         return True
     said = normalise(heard).split()
-    if not heard.rstrip().endswith("?") and opens_with_run_of(normalise(answer).split(), said):
+    if not is_question(heard) and opens_with_run_of(normalise(answer).split(), said):
         return True
     return any(similar(a, h) for a in units(answer) for h in echo_units(heard))
 
@@ -217,7 +223,7 @@ class AnswerEditor:
         self._openings = {head for head in heads if head is not None}
         self._blocked = [b for b in map(normalise, [*units_said, *echo_units(heard)]) if b]
         self._heard = heard
-        self._asked = heard.rstrip().endswith("?")
+        self._asked = is_question(heard)
         self._max = max_sentences
         self._pending = ""  # the sentence in progress
         self._released = 0  # how much of it went out

@@ -57,7 +57,7 @@ from agent.frames import (
     StopAnswerFrame,
     TimelineEventFrame,
 )
-from agent.llm.answer import AnswerEditor, Verdict, repeats
+from agent.llm.answer import AnswerEditor, Verdict, is_question, repeats
 from agent.llm.engines import ChatEngine, Sampling, Usage
 from agent.llm.prompt import prefix_after_trim, prompt_messages
 from agent.llm.say_again import answer_to_repeat
@@ -316,8 +316,7 @@ class StreamingLLM(FrameProcessor):
             verdict, usage = await self._stream_edited(retry, editor, arrivals, sampling)
         if not editor.text.strip():  # nothing new to say
             heard = str(messages[-1].get("content") or "")
-            asked = heard.rstrip().endswith("?")
-            lines = None if asked else self._settings.acknowledgement_lines
+            lines = None if is_question(heard) else self._settings.acknowledgement_lines
             await self._emit(LLMTextFrame(text=self._fallback(said, lines)))
         return usage
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import csv
 import shutil
 import socket
-import tempfile
 import time
 from pathlib import Path
 
@@ -90,7 +89,7 @@ class Haproxy(LocalServer):
 
     def start(self) -> Haproxy:
         binary = haproxy_binary()
-        folder = Path(tempfile.mkdtemp(prefix="haproxy-"))  # private: the stats socket is here
+        folder = self._private_folder("haproxy-")  # private: the stats socket is here
         config = folder / "haproxy.cfg"
         config.write_text(haproxy_config(self.host, self.port, self._workers,
                                          max_call_secs=self._max_call_secs,

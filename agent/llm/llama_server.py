@@ -113,5 +113,5 @@ class LlamaServer(LocalServer):
 
         Blocking, for seconds: call it off the event loop.
         """
-        self.stop()
+        self.stop(keep_folder=True)
         return self.start()

@@ -9,6 +9,7 @@ output goes to a file, never to a pipe nobody reads (a full pipe stops the serve
 from __future__ import annotations
 
 import secrets
+import shutil
 import subprocess
 import tempfile
 import time
@@ -37,15 +38,6 @@ def models_answer(base_url: str, api_key: str | None, timeout: float) -> bool:
     except httpx.HTTPError:
         return False
     return response.status_code == 200
-
-
-def open_log(path: Path | None, prefix: str) -> tuple[Path, IO[str]]:
-    """The server's log file (in a new private temporary folder when ``path`` is None)."""
-    if path is None:
-        path = Path(tempfile.mkdtemp(prefix=prefix)) / "server.log"
-    else:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    return path, path.open("w")
 
 
 def terminate(proc: subprocess.Popen, timeout: float) -> None:
@@ -95,12 +87,23 @@ class LocalServer:
         self.log_path: Path | None = None
         self._log_file: IO[str] | None = None
         self._proc: subprocess.Popen | None = None
+        self._scratch: Path | None = None  # a private folder of ours, removed at a clean stop
 
     def start(self) -> Self:
         raise NotImplementedError
 
+    def _private_folder(self, prefix: str) -> Path:
+        """A new temporary folder only this user can read, gone when the server stops
+        cleanly and kept, with its log, when the server failed."""
+        self._scratch = Path(tempfile.mkdtemp(prefix=prefix))
+        return self._scratch
+
     def _spawn(self, cmd: list[str], log: Path | None, prefix: str, **popen: Any) -> None:
-        self.log_path, self._log_file = open_log(log, prefix)
+        """``log``: the server's log file (in a private folder when None)."""
+        if log is None:
+            log = self._private_folder(prefix) / "server.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path, self._log_file = log, log.open("w")
         self._proc = subprocess.Popen(cmd, stdout=self._log_file, stderr=subprocess.STDOUT,
                                       **popen)  # fmt: skip
 
@@ -111,6 +114,7 @@ class LocalServer:
             wait_until_ready(self._proc, ready, name=self.name, timeout=timeout,
                              interval=interval, log_path=self.log_path)  # fmt: skip
         except UserError:
+            self._scratch = None  # the error names the log: keep it
             self.stop()
             raise
 
@@ -124,13 +128,18 @@ class LocalServer:
     def _terminate(self, proc: subprocess.Popen) -> None:
         terminate(proc, timeout=self.stop_timeout_secs)
 
-    def stop(self) -> None:
+    def stop(self, *, keep_folder: bool = False) -> None:
+        """``keep_folder``: a restart follows, in the same private folder."""
         proc, self._proc = self._proc, None
+        failed = proc is not None and proc.poll() is not None  # it ended before we stopped it
         if proc is not None:
             self._terminate(proc)
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
+        if self._scratch is not None and not failed and not keep_folder:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
 
     def __enter__(self) -> Self:
         return self.start()

@@ -49,6 +49,7 @@ def test_eval_grades_what_was_heard_and_when_the_bot_spoke(eval_run):
     assert report["pace"] == "compute" and o["clips"] == 2 and o["reference_words"] > 10
     assert o["wer_offline"] is not None and o["wer_streaming"] <= 0.2
     assert o["turns"] == o["expected_turns"] == 2 and o["splits"] == 0 and o["cutoffs"] == 0
+    assert o["duplicated_phrases"] == 0 and o["stray_words"] == 0
     assert o["voice_to_voice_callwav"]["n"] == 2
     for clip in report["clips"]:
         assert clip["speech_start_ms"] < clip["speech_end_ms"]

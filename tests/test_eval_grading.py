@@ -12,7 +12,7 @@ from agent.errors import UserError
 from agent.evaluation.answers import CallAnswers, echoes, loops
 from agent.evaluation.grading import assign_turns, bot_onsets, grade_call
 from agent.evaluation.manifest import load_manifest
-from agent.evaluation.text import normalise, wer
+from agent.evaluation.text import duplicated_phrases, normalise, stray_words, wer
 from agent.timing.record import TurnRecord
 from agent.transports.replay import PlayedClip
 
@@ -34,6 +34,32 @@ def test_whisper_normaliser_merges_numbers_and_spelling():
     assert wer([("the cat sat down", "the cat sat down")]) == 0
     pairs = [("the cat sat down", "the cat sat"), ("a dog", "a dog")]
     assert wer(pairs) == pytest.approx(1 / 6)
+
+
+def test_a_phrase_heard_twice_and_words_heard_outside_the_speech_are_counted():
+    # The streaming machinery's own errors (issue texts from real recordings).
+    said = "I can't argue with you, and you know that."
+    assert duplicated_phrases(said, f"{said} And you know that...") == ["and you know that"]
+    assert duplicated_phrases("In 1813 the war began.", "In 18 13, in 18 13. The war began.")
+    assert duplicated_phrases(
+        "It has never been surpassed, they say.",
+        "It has never been surpassed, as never been surpassed, they say.",
+    ) == ["never been surpassed"]
+    # Said twice is heard twice; misheard words are not duplicates.
+    twice = "the cat and the dog and the cat and the dog"
+    assert duplicated_phrases(twice, twice) == []
+    assert (
+        duplicated_phrases(
+            "a rod is used to catch pink salmon", "it rotors used to catch paint salmon"
+        )
+        == []
+    )
+    ask = "Ask not what your country can do for you."
+    assert stray_words(ask, "S. Ask not what your country can do for you.") == ["s"]
+    assert stray_words(ask, "Ask not what your country can do for you. Yes.") == ["yes"]
+    assert stray_words(ask, "Ask not what your country can do for you.") == []
+    assert stray_words(ask, "Ask not what the country can do for you.") == []  # misheard
+    assert stray_words(ask, "Ask not what your country can do for all of you.") == []
 
 
 def test_answer_checks_find_repeats_loops_and_echoes():
@@ -70,7 +96,9 @@ def test_turns_belong_to_the_clip_playing_when_they_opened():
     assert assign_turns(turns, played) == [turns[:2], turns[2:]]
 
 
-def test_grade_call_reads_cut_offs_and_voice_to_voice_off_call_wav(tmp_path):
+def two_clip_call(tmp_path, second: dict | None = None) -> tuple[list, list[PlayedClip]]:
+    """call.wav with caller speech at 1-3 s (clip a) and 6-8 s (clip b), the bot starting
+    at 2.0 s (inside a) and 8.5 s; the manifest's clips and when each was played."""
     user = np.zeros(RATE * 10, dtype=np.int16)
     bot = np.zeros_like(user)
     rng = np.random.default_rng(1)
@@ -84,10 +112,14 @@ def test_grade_call_reads_cut_offs_and_voice_to_voice_off_call_wav(tmp_path):
     (tmp_path / "b.wav").write_bytes(b"")
     manifest.write_text(
         json.dumps({"file": "a.wav", "text": "hello there"}) + "\n"
-        + json.dumps({"file": "b.wav", "text": "how are you", "pauses": [[0.5, 0.9]]}) + "\n"
+        + json.dumps(second or {"file": "b.wav", "text": "how are you", "pauses": [[0.5, 0.9]]})
+        + "\n"
     )  # fmt: skip
-    clips = load_manifest(manifest)
-    played = [PlayedClip("a", 500, 4000), PlayedClip("b", 5500, 9000)]
+    return load_manifest(manifest), [PlayedClip("a", 500, 4000), PlayedClip("b", 5500, 9000)]
+
+
+def test_grade_call_reads_cut_offs_and_voice_to_voice_off_call_wav(tmp_path):
+    clips, played = two_clip_call(tmp_path)
     records = [record(1000, "hello", "Hi."), record(2500, "there", "Hi.")]
     records.append(record(6000, "how are you", "Fine."))
     offline = ["hello there", "how are you"]
@@ -97,6 +129,18 @@ def test_grade_call_reads_cut_offs_and_voice_to_voice_off_call_wav(tmp_path):
     assert a.answer_problems == [[], ["repeated"]]
     assert b.turns == 1 and not b.cutoffs and b.pauses == 1
     assert b.voice_to_voice_ms == pytest.approx(500, abs=15)
+    assert a.duplicated == a.stray == b.duplicated == b.stray == []
+
+
+def test_words_of_a_merged_clip_are_not_stray(tmp_path):
+    clips, played = two_clip_call(tmp_path, {"file": "b.wav", "text": "fine thanks"})
+    # Clip a's turn ran on into clip b's speech (turn end 7.5 s); clip b opened no turn.
+    merged = [record(1000, "Um, S. Hello there, fine thanks.", "Good.", turn_end=7500)]
+    a, b = grade_call(tmp_path / "call.wav", clips, played, merged, ["hello there", "fine"])
+    assert b.merged and a.stray == ["s"]  # the sound before the words is; b's words are not
+    cold = [record(1000, "S. Hello there, fine thanks.", "Good."), record(6000, "", "")]
+    a, _ = grade_call(tmp_path / "call.wav", clips, played, cold, ["hello there", "fine"])
+    assert a.stray == ["s", "fine", "thanks"]
 
 
 @pytest.mark.parametrize(

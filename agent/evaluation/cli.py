@@ -45,11 +45,17 @@ def print_eval(report: dict[str, Any]) -> None:
             ms(c["voice_to_voice_ms"]), c["streaming_text"][:60], ", ".join(problems),
         )  # fmt: skip
     out.print(table)
+    for c in report["clips"]:
+        heard = [f"heard twice: {', '.join(map(repr, c['duplicated']))}"] if c["duplicated"] else []
+        heard += [f"stray words: {' '.join(c['stray'])}"] if c["stray"] else []
+        if heard:
+            out.print(f"{Path(c['clip']).name}: {'; '.join(heard)}", highlight=False)
     o = report["overall"]
     v2v, endp, ans = o["voice_to_voice_callwav"], o["endpointing"], o["answers"]
     out.print(
         f"WER streaming {pct(o['wer_streaming'])} vs offline {pct(o['wer_offline'])} "
-        f"(gap {pct(o['wer_gap'])}) over {o['clips']} clips, {o['reference_words']} words\n"
+        f"(gap {pct(o['wer_gap'])}) over {o['clips']} clips, {o['reference_words']} words; "
+        f"{o['duplicated_phrases']} duplicated phrases, {o['stray_words']} stray words\n"
         f"turns {o['turns']} for {o['expected_turns']} expected: {o['splits']} split, "
         f"{o['merges']} merged, {o['empty_turns']} empty; cut-offs {o['cutoffs']} "
         f"({o['clips_cut_off']} clips, {pct(o['cutoff_rate'])})\n"

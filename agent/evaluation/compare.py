@@ -13,6 +13,8 @@ from agent.errors import UserError
 FIGURES: tuple[tuple[str, tuple[str, ...], float], ...] = (
     ("WER streaming", ("wer_streaming",), 0.005),
     ("WER gap", ("wer_gap",), 0.005),
+    ("duplicated phrases", ("duplicated_phrases",), 0.0),
+    ("stray words", ("stray_words",), 0.0),
     ("split rate", ("split_rate",), 0.0),
     ("cut-off rate", ("cutoff_rate",), 0.0),
     ("empty turns", ("empty_turns",), 0.0),

@@ -17,7 +17,7 @@ import soundfile as sf
 from agent.audio import speech_bounds
 from agent.evaluation.answers import CallAnswers
 from agent.evaluation.manifest import Clip
-from agent.evaluation.text import word_errors
+from agent.evaluation.text import duplicated_phrases, stray_words, word_errors
 from agent.timing.record import TurnRecord
 from agent.transports.replay import PlayedClip
 
@@ -34,6 +34,8 @@ class ClipGrade:
     offline_text: str
     streaming_errors: int
     offline_errors: int
+    duplicated: list[str]  # phrases heard more often than said (stitching)
+    stray: list[str]  # words heard outside the reference's span (noise heard as speech)
     reference_words: int
     expected_turns: int
     turns: int
@@ -128,6 +130,8 @@ def grade_call(
                 offline_text=offline[i],
                 streaming_errors=s_err,
                 offline_errors=o_err,
+                duplicated=duplicated_phrases(clip.text, streaming),
+                stray=stray_words(clip.text, streaming),
                 reference_words=n_ref,
                 expected_turns=clip.expect_turns,
                 turns=len(turns),
@@ -146,4 +150,7 @@ def grade_call(
                 record_voice_to_voice_ms=[r.voice_to_voice_ms for r in turns],
             )
         )
+    for grade, after in zip(grades, grades[1:], strict=False):
+        if after.merged:  # its last words are the next clip's
+            grade.stray = stray_words(grade.reference, grade.streaming_text, trailing=False)
     return grades

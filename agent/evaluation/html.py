@@ -23,6 +23,7 @@ def eval_section(report: dict[str, Any]) -> str:
     figures = [
         ("WER streaming / offline", f"{pct(o['wer_streaming'])} / {pct(o['wer_offline'])}"),
         ("WER gap", pct(o["wer_gap"])),
+        ("duplicated phrases · stray words", f"{o['duplicated_phrases']} · {o['stray_words']}"),
         ("turns / expected", f"{o['turns']} / {o['expected_turns']}"),
         ("splits · merges · empty turns", f"{o['splits']} · {o['merges']} · {o['empty_turns']}"),
         ("cut-offs (clips)", f"{o['cutoffs']} ({o['clips_cut_off']}, {pct(o['cutoff_rate'])})"),

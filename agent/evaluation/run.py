@@ -30,7 +30,8 @@ def _rate(part: int, whole: int) -> float | None:
 
 
 def overall(grades: list[ClipGrade], records: list[TurnRecord]) -> dict[str, Any]:
-    """The corpus figures: WER, segmentation, cut-offs, voice-to-voice, answer sanity."""
+    """The corpus figures: WER, duplicated phrases and stray words, segmentation, cut-offs,
+    voice-to-voice, answer sanity."""
     ref_words = sum(g.reference_words for g in grades)
     wer_stream = _rate(sum(g.streaming_errors for g in grades), ref_words)
     wer_offline = _rate(sum(g.offline_errors for g in grades), ref_words)
@@ -46,6 +47,8 @@ def overall(grades: list[ClipGrade], records: list[TurnRecord]) -> dict[str, Any
         "wer_gap": None
         if wer_stream is None or wer_offline is None
         else round(wer_stream - wer_offline, 4),
+        "duplicated_phrases": sum(len(g.duplicated) for g in grades),
+        "stray_words": sum(len(g.stray) for g in grades),
         "turns": sum(g.turns for g in grades),
         "expected_turns": sum(g.expected_turns for g in grades),
         "splits": sum(g.splits for g in grades),

@@ -100,6 +100,12 @@ class EvalLimits(BaseModel):
     max_split_rate: float | None = Field(
         None, ge=0, le=1, description="share of clips heard as more turns than they hold"
     )
+    max_duplicated_phrases: int | None = Field(
+        None, ge=0, description="phrases of 3+ words heard more often than the clip says them"
+    )
+    max_stray_words: int | None = Field(
+        None, ge=0, description="words heard before or after a clip's reference words"
+    )
 
     def check(self, figures: dict) -> list[str]:
         """One line per broken limit, from ``voice-agent eval``'s overall figures."""
@@ -108,10 +114,12 @@ class EvalLimits(BaseModel):
             (self.max_wer_gap, "wer_gap"),
             (self.max_cutoff_rate, "cutoff_rate"),
             (self.max_split_rate, "split_rate"),
+            (self.max_duplicated_phrases, "duplicated_phrases"),
+            (self.max_stray_words, "stray_words"),
         ):
             got = figures.get(key)
             if limit is not None and got is not None and got > limit:
-                problems.append(f"{key} {got:.3f} > limit {limit:.3f} ({figures['clips']} clips)")
+                problems.append(f"{key} {got:.4g} > limit {limit:.4g} ({figures['clips']} clips)")
         return problems
 
 

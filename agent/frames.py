@@ -18,7 +18,7 @@ class ClipStartedFrame(SystemFrame):
 @dataclass
 class TurnEndReasonFrame(SystemFrame):
     """Why the turn detector ended a turn: the signal (smart_turn, smart_turn_and_text,
-    max_silence) and its value (a probability, or the silence in seconds); ``words``: the
+    one_word, max_silence) and its value (a probability, or the silence in seconds); ``words``: the
     LLM's probability that the caller's message ended there (None: not asked)."""
 
     reason: str = ""

@@ -193,6 +193,13 @@ class TurnSettings(BaseModel):
         "under which words of two or more end no turn before patience_secs; None: not asked "
         "(benchmarks/eot_sweep.py)",
     )
+    one_word_secs: float | None = Field(
+        0.45,
+        gt=0,
+        description="silence after which a single word that recognition closes as a sentence "
+        '("Stop.", "Go."; not an opener, not a number) ends the turn whatever Smart Turn says, '
+        "which hears too little in one word; None: Smart Turn decides",
+    )
     phone_smart_turn_lean: float | None = Field(
         None,
         ge=0,

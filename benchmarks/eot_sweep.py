@@ -238,7 +238,7 @@ BARS = ((0.5, 0.3), (0.7, 0.5), (0.9, 0.7), (0.97, 0.8), (0.99, 0.9))
 
 def policies(settings: Settings, line: str) -> dict[str, list[tuple[str, Policy]]]:
     shipped = EndOfTurnPolicy.from_settings(settings.turn)
-    punctuation = replace(shipped, unfinished_below=None)
+    punctuation = replace(shipped, unfinished_below=None, one_word_secs=None)
     lean = BEFORE_LEAN[line]
     return {
         "VAD only": [(f"silence {x} s", vad_only(x)) for x in (0.3, 0.45, 0.6, 0.75, 0.9, 1.2)],
@@ -263,6 +263,10 @@ def policies(settings: Settings, line: str) -> dict[str, list[tuple[str, Policy]
         "default bar, LLM words under": [
             (f"P(end) < {x}", adaptive(replace(shipped, unfinished_below=x)))
             for x in (0.02, 0.05, 0.1, 0.2, 0.3)
+        ],
+        "default, a word alone ends after": [
+            (f"{x} s" if x else "never", adaptive(replace(shipped, one_word_secs=x)))
+            for x in (None, 0.25, 0.35, 0.45, 0.6, 0.75)
         ],
     }
 

@@ -73,6 +73,16 @@ def test_the_llms_verdict_makes_two_words_or_more_unfinished():
     assert not off.unfinished("The difference in the rainbow", words_end=0.0)
 
 
+def test_a_word_alone_ends_the_turn_after_a_short_silence_unless_it_promises_more():
+    policy = EndOfTurnPolicy.from_settings(Settings().turn)
+    short = policy.one_word_secs
+    assert short is not None and policy.stop_secs < short < policy.patience
+    assert policy.verdict(0.05, short, "Go.", words_end=0.001) == "one_word"
+    assert policy.verdict(0.05, short - 0.01, "Go.", words_end=None) is None
+    for going_on in ("Okay.", "Right.", "Eight.", "8.", "Actually,", "Go to", "S."):
+        assert policy.verdict(0.05, short, going_on, words_end=None) is None, going_on
+
+
 class ReasonCollector(FrameProcessor):
     """Records why each turn ended."""
 
@@ -178,6 +188,17 @@ def test_a_one_word_answer_after_an_earlier_turn_ends_without_the_fallback():
     )
     assert len(finals) == 2 and "yes" in finals[1].lower(), finals
     assert [e.reason for e in ends].count("max_silence") == 0, ends
+
+
+@pytest.mark.slow
+@needs_corpus
+def test_a_one_word_command_smart_turn_hears_as_unfinished_ends_without_the_fallback():
+    """ "Go." (a real recording of `short/`): Smart Turn scores it 0.05-0.26 through the first
+    second of silence, so it waited 1.2 s; a word alone, closed as a sentence, ends the turn
+    after ``turn.one_word_secs``."""
+    finals, ends = heard("short/sc_go_6a27a9bf_nohash_0.wav")
+    assert len(finals) == 1 and "go" in finals[0].lower(), finals
+    assert [(e.reason, e.value) for e in ends] == [("one_word", Settings().turn.one_word_secs)]
 
 
 @pytest.mark.slow

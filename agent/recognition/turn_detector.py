@@ -93,6 +93,24 @@ def ends_sentence(text: str) -> bool:
     return text.rstrip().endswith((".", "?", "!"))
 
 
+NUMBER_WORDS = frozenset(
+    "zero oh one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+    "fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty "
+    "ninety hundred thousand million point".split()
+)
+
+
+def one_word_sentence(text: str) -> bool:
+    """A single word closed as a sentence ("Stop.", "Go.", "Yes."): a reply or a command.
+    Openers ("Okay.", "Right.") promise more, and a number may be the first of several
+    ("one [pause] zero zero one"), so neither is one."""
+    words = [w for w in words_of(text) if has_words(w)]
+    if len(words) != 1 or not ends_sentence(text) or only_opens(text):
+        return False
+    word = words[0]
+    return word not in NUMBER_WORDS and not any(c.isdigit() for c in word)
+
+
 @dataclass(frozen=True)
 class EndOfTurnPolicy:
     """How sure Smart Turn must be to end the turn after a given silence.
@@ -113,13 +131,15 @@ class EndOfTurnPolicy:
     patience: float
     text_credit: float
     unfinished_below: float | None = None
+    one_word_secs: float | None = None
 
     @classmethod
     def from_settings(cls, turn: TurnSettings) -> EndOfTurnPolicy:
         return cls(stop_secs=turn.vad_stop_secs, sure=turn.smart_turn_sure,
                    lean=turn.smart_turn_lean, patience=turn.patience_secs,
                    text_credit=turn.text_credit,
-                   unfinished_below=turn.words_unfinished_below)  # fmt: skip
+                   unfinished_below=turn.words_unfinished_below,
+                   one_word_secs=turn.one_word_secs)  # fmt: skip
 
     def unfinished(self, text: str, words_end: float | None) -> bool:
         """Whether the words so far say the caller goes on; ``words_end``: the LLM's
@@ -150,13 +170,16 @@ class EndOfTurnPolicy:
     ) -> str | None:
         """Which signal ends the turn after this silence, given Smart Turn's probability and
         the words so far (``text``, "" when not known yet): "smart_turn",
-        "smart_turn_and_text" (only with the sentence's credit), or None."""
+        "smart_turn_and_text" (only with the sentence's credit), "one_word" (a word alone
+        after ``one_word_secs``), or None."""
         unfinished = self.unfinished(text, words_end)
         if self.ends(probability, silence_secs, sentence=False, unfinished=unfinished):
             return "smart_turn"
         sentence = not unfinished and ends_sentence(text)
         if sentence and self.ends(probability, silence_secs, sentence=True):
             return "smart_turn_and_text"
+        if self.one_word_secs is not None and silence_secs >= self.one_word_secs:
+            return "one_word" if one_word_sentence(text) else None
         return None
 
 
@@ -592,7 +615,9 @@ class TurnDetector(FrameProcessor):
         value that end the turn, or None."""
         text = self._pause_text if self._pause_text_ready.is_set() else ""
         reason = self._policy.verdict(probability, silence_secs, text, self._words_end)
-        return None if reason is None else (reason, round(probability, 3))
+        if reason is None:
+            return None
+        return reason, silence_secs if reason == "one_word" else round(probability, 3)
 
     async def _heard_words(self) -> bool:
         """Whether recognition's transcript at this pause holds a word. Only a short sound can

@@ -178,9 +178,12 @@ class EndOfTurnPolicy:
         sentence = not unfinished and ends_sentence(text)
         if sentence and self.ends(probability, silence_secs, sentence=True):
             return "smart_turn_and_text"
-        if self.one_word_secs is not None and silence_secs >= self.one_word_secs:
-            return "one_word" if one_word_sentence(text) else None
-        return None
+        return "one_word" if self.word_alone_ends(silence_secs, text) else None
+
+    def word_alone_ends(self, silence_secs: float, text: str) -> bool:
+        """A word alone closed as a sentence, after ``one_word_secs``: no verdict needed."""
+        limit = self.one_word_secs
+        return limit is not None and silence_secs >= limit and one_word_sentence(text)
 
 
 @dataclass
@@ -604,6 +607,11 @@ class TurnDetector(FrameProcessor):
         self._decision = self.create_task(self._rejudge(silence_secs))
 
     async def _rejudge(self, silence_secs: float) -> None:
+        text = self._pause_text if self._pause_text_ready.is_set() else ""
+        if self._policy.word_alone_ends(silence_secs, text):  # Smart Turn cannot change it
+            if self._in_turn:
+                await self._end_turn("one_word", silence_secs)
+            return
         with self._clock.busy():
             probability = await self._judge_now()
         verdict = self._verdict_ends(probability, silence_secs)

@@ -4,7 +4,7 @@ import pytest
 
 from agent.errors import UserError
 from agent.settings import Settings
-from agent.timing.budget import default_budget_file, load_budget
+from agent.timing.budget import default_budget_file, load_budget, load_eval_limits
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -63,3 +63,11 @@ def test_check_reports_each_violated_percentile(tmp_path):
         "voice_to_voice": "fail",
         "llm_ttft": None,
     }
+
+
+def test_the_eval_gate_counts_phrases_heard_twice():
+    limits = load_eval_limits(default_budget_file())
+    clean = {"clips": 108, "wer_gap": 0.003, "duplicated_phrases": 0, "stray_words": 1}
+    assert limits.check(clean) == []
+    twice = limits.check({**clean, "duplicated_phrases": 1})
+    assert twice == ["duplicated_phrases 1 > limit 0 (108 clips)"]

@@ -606,9 +606,13 @@ class TurnDetector(FrameProcessor):
         silence_secs = (due[-1] - (self._silence_started or due[-1])) / 1000
         self._decision = self.create_task(self._rejudge(silence_secs))
 
+    @property
+    def _words_so_far(self) -> str:
+        """Recognition's pause transcript, "" until it has come."""
+        return self._pause_text if self._pause_text_ready.is_set() else ""
+
     async def _rejudge(self, silence_secs: float) -> None:
-        text = self._pause_text if self._pause_text_ready.is_set() else ""
-        if self._policy.word_alone_ends(silence_secs, text):  # Smart Turn cannot change it
+        if self._policy.word_alone_ends(silence_secs, self._words_so_far):  # no verdict needed
             if self._in_turn:
                 await self._end_turn("one_word", silence_secs)
             return
@@ -621,8 +625,8 @@ class TurnDetector(FrameProcessor):
     def _verdict_ends(self, probability: float, silence_secs: float) -> tuple[str, float] | None:
         """Smart Turn's verdict against the policy's bar after this silence: the reason and
         value that end the turn, or None."""
-        text = self._pause_text if self._pause_text_ready.is_set() else ""
-        reason = self._policy.verdict(probability, silence_secs, text, self._words_end)
+        text, words_end = self._words_so_far, self._words_end
+        reason = self._policy.verdict(probability, silence_secs, text, words_end)
         if reason is None:
             return None
         return reason, silence_secs if reason == "one_word" else round(probability, 3)

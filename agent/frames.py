@@ -121,6 +121,38 @@ class SpeculativeTranscriptFrame(SystemFrame):
 
 
 @dataclass
+class TranscriptRevisionFrame(SystemFrame):
+    """Downstream, from recognition: the caller's last turns, which the current one goes on
+    from, heard again with it. ``turns``: (their final text, their words now), oldest first;
+    the context and the turn records swap one for the other."""
+
+    turns: list[tuple[str, str]] = field(default_factory=list)
+
+
+def swap_ending(text: str, told: str, now: str) -> str | None:
+    """``text`` with its closing words ``told`` replaced by ``now`` (None: it does not end
+    with them); words compare as written, spaces aside."""
+    words, ending = text.split(), told.split()
+    if not ending or words[len(words) - len(ending) :] != ending:
+        return None
+    return " ".join(words[: len(words) - len(ending)] + now.split())
+
+
+def revised_texts(texts: list[str], turns: list[tuple[str, str]]) -> list[str] | None:
+    """The caller's turns' texts (oldest first) with a ``TranscriptRevisionFrame``'s
+    ``turns`` applied to the last of them with words; None when those do not end as told."""
+    spoken = [i for i, text in enumerate(texts) if text.strip()][-len(turns) :]
+    if not turns or len(spoken) != len(turns):
+        return None
+    out = list(texts)
+    for i, (told, now) in zip(spoken, turns, strict=True):
+        if (text := swap_ending(texts[i], told, now)) is None:
+            return None
+        out[i] = text
+    return out
+
+
+@dataclass
 class SpeculativeTurnFrame(SystemFrame):
     """To the LLM stage: the messages the turn will have if the pause transcript is final."""
 

@@ -6,7 +6,9 @@ Every clip of the corpus sets with pauses inside its speech (``pauses`` in `paus
 word, skipped) is cut in the middle of each pause, as a turn detector that ended the turn
 there would. Each part is decoded by the agent's ``WhisperDecoder`` cold (as its own turn),
 and after the part before it (that part's audio first, its words forced: the recogniser's
-``asr.context_gap_secs``), with the closing full stop of the forced words kept or left off.
+``asr.context_gap_secs``), with the closing full stop of the forced words kept or left off,
+and after all the parts before it with their words heard again (recognition's pass at the
+end of speech).
 The clip decoded whole and faster-whisper's offline ``transcribe()`` of it are the
 yardsticks. Reported: word errors per way, over all the cut clips' reference words.
 
@@ -24,6 +26,7 @@ import numpy as np
 
 from agent.audio import load_audio
 from agent.evaluation.text import word_errors
+from agent.recognition.streaming_stt import CONTEXT_MAX_SECS
 from agent.recognition.whisper_decoder import RATE, Context, WhisperDecoder
 from agent.settings import Settings
 from agent.transports.g711 import through_phone_line
@@ -67,6 +70,25 @@ def decode_parts(decoder: WhisperDecoder, parts: list[np.ndarray], context) -> l
     return texts
 
 
+def decode_parts_heard_again(decoder: WhisperDecoder, parts: list[np.ndarray]) -> list[str]:
+    """Each part's text after the parts before it, whose words are heard again with it and
+    replace the ones they had, as recognition's pass at the end of speech does (while the
+    parts before it are at most ``CONTEXT_MAX_SECS`` long; then only the last is)."""
+    settled: list[str] = []
+    heard, audio = [decoder.transcribe(parts[0]).text], [parts[0]]
+    for part in parts[1:]:
+        if sum(map(len, audio)) > CONTEXT_MAX_SECS * RATE:
+            settled, heard, audio = settled + heard[:-1], heard[-1:], audio[-1:]
+        done = decoder.transcribe(
+            part, context=Context(" ".join(heard), np.concatenate(audio)), hear_context=True
+        )
+        if done.context_words is not None:
+            heard = [" ".join(w.text for w in done.context_words)]
+        heard.append(done.text)
+        audio.append(part)
+    return settled + heard
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sets", nargs="+", default=["pauses", "main"])
@@ -75,7 +97,14 @@ def main() -> None:
     args = parser.parse_args()
     settings = Settings()
     decoder = WhisperDecoder.from_settings(settings.asr, settings.models_dir)
-    ways = ("cold", "after, full stop kept", "after, full stop left off", "whole", "offline")
+    ways = (
+        "cold",
+        "after, full stop kept",
+        "after, full stop left off",
+        "after, heard again",
+        "whole",
+        "offline",
+    )
     errors = dict.fromkeys(ways, 0)
     words, clips = 0, []
     for name, reference, audio, cuts in cut_clips(args.sets, args.line):
@@ -85,6 +114,7 @@ def main() -> None:
             "cold": decode_parts(decoder, parts, None),
             "after, full stop kept": decode_parts(decoder, parts, _KeepFullStop),
             "after, full stop left off": decode_parts(decoder, parts, Context),
+            "after, heard again": decode_parts_heard_again(decoder, parts),
             "whole": [decoder.transcribe(audio).text],
             "offline": [decoder.offline(audio)],
         }

@@ -26,7 +26,7 @@ from agent import model_store
 from agent.recognition.whisper_decoder import RATE, WhisperDecoder
 from agent.settings import Settings
 from agent.timing.budget import rounded_percentile
-from agent.tools.transcribe import TranscriptEvent, transcribe_stream
+from agent.tools.transcribe import TranscriptEvent, final_texts, transcribe_stream
 from agent.transports.replay import ReplayTurn
 from benchmarks import clips
 from benchmarks.results import write_json
@@ -94,7 +94,7 @@ async def main() -> None:
             interim_gaps += speaking_gaps(events)
             audio_secs += len(samples) / RATE
             refs.append(norm(clip["text"]))
-            ours.append(norm(" ".join(f.text for f in finals)) or "<empty>")
+            ours.append(norm(" ".join(final_texts(events))) or "<empty>")
             if round_no == 0:
                 start = time.perf_counter()
                 segments, _ = decoder.model.transcribe(

@@ -20,8 +20,9 @@ from agent.clock import ComputeClock
 from agent.recognition.streaming_stt import CONTEXT_MAX_SECS, _PreviousTurn
 from agent.recognition.turn_detector import TurnDetector
 from agent.recognition.utterance import Utterance
-from agent.recognition.whisper_decoder import RATE, Context, WhisperDecoder
-from agent.tools.transcribe import transcribe_stream
+from agent.recognition.whisper_decoder import RATE, Context, WhisperDecoder, Word
+from agent.tools.transcribe import final_texts, transcribe_stream
+from agent.transports.g711 import through_phone_line
 from agent.transports.replay import ReplayTurn
 from benchmarks.clips import CORPUS
 from tests.conftest import normalise, wer
@@ -47,7 +48,7 @@ def sound(secs: float) -> np.ndarray:
 
 
 def test_a_turn_soon_after_the_last_reads_it_with_the_silence_between():
-    previous = _PreviousTurn(sound(2.0), "the red of the second bow,", ended_at=10 * RATE)
+    previous = _PreviousTurn(sound(2.0), [("the red of the second bow,", 0)], ended_at=10 * RATE)
     # the new turn's audio (its pre-roll) starts 0.5 s after the last one ended
     context = previous.context(lead_starts_at=int(10.5 * RATE), now=11 * RATE, gap_secs=2.0)
     assert context is not None
@@ -58,26 +59,57 @@ def test_a_turn_soon_after_the_last_reads_it_with_the_silence_between():
 
 
 def test_a_pre_roll_reaching_into_the_last_turn_is_not_read_twice():
-    previous = _PreviousTurn(sound(2.0), "yes", ended_at=10 * RATE)
+    previous = _PreviousTurn(sound(2.0), [("yes", 0)], ended_at=10 * RATE)
     context = previous.context(lead_starts_at=int(9.8 * RATE), now=int(10.4 * RATE), gap_secs=2.0)
     assert context is not None and len(context.audio) == int(1.8 * RATE)
 
 
 def test_a_turn_long_after_the_last_or_after_a_long_one_is_heard_alone():
-    previous = _PreviousTurn(sound(2.0), "yes", ended_at=10 * RATE)
+    previous = _PreviousTurn(sound(2.0), [("yes", 0)], ended_at=10 * RATE)
     assert previous.context(int(12 * RATE), now=int(12.6 * RATE), gap_secs=2.0) is None
-    long = _PreviousTurn(sound(CONTEXT_MAX_SECS + 1), "a long turn", ended_at=10 * RATE)
+    long = _PreviousTurn(sound(CONTEXT_MAX_SECS + 1), [("a long turn", 0)], ended_at=10 * RATE)
     assert long.context(int(10.2 * RATE), now=int(10.8 * RATE), gap_secs=2.0) is None
 
 
 def test_a_turn_with_no_words_stays_in_the_audio_the_next_one_reads():
     """A word like "peas", too short alone to tell from a noise: the next turn may hear it."""
-    previous = _PreviousTurn(sound(2.0), "six spoons of fresh snow", ended_at=10 * RATE)
+    previous = _PreviousTurn(sound(2.0), [("six spoons of fresh snow", 0)], ended_at=10 * RATE)
     joined = previous.then_no_words(sound(0.8), starts_at=int(10.2 * RATE), ended_at=11 * RATE)
     context = joined.context(lead_starts_at=int(11.5 * RATE), now=12 * RATE, gap_secs=2.0)
     assert context is not None and context.prefix == "six spoons of fresh snow"
     assert len(context.audio) == int(3.5 * RATE)  # 2.0 + 0.2 silence + 0.8 + 0.5 silence
     assert np.all(context.audio[int(2.2 * RATE) : int(3.0 * RATE)] > 0)
+
+
+def test_words_heard_again_go_to_the_turn_whose_audio_holds_them():
+    # two turns: "six spoons of fresh snow." (0-2 s), then "peas, five thick slabs." (2.5 s-)
+    parts = [("six spoons of fresh snow.", 0), ("peace, five thick slabs.", int(2.5 * RATE))]
+    turns = _PreviousTurn(sound(4.0), parts, ended_at=10 * RATE)
+    words = ["six", "spoons", "of", "fresh", "snow", "peas,", "five", "thick", "slabs"]
+    timed = [Word(w, 0.4 * i, 0.4 * i + 0.3) for i, w in enumerate(words)]  # peas: 2.0-2.3 s
+    assert turns.heard_again(timed) == [
+        ("six spoons of fresh snow.", "six spoons of fresh snow peas,"),
+        ("peace, five thick slabs.", "five thick slabs"),
+    ]
+    assert turns.text == "six spoons of fresh snow peas, five thick slabs"  # told from now on
+    assert turns.heard_again(timed) is None  # as told: nothing to revise
+    # a turn whose words would all go to another is not revised (its record would be empty)
+    assert turns.heard_again(timed[:5]) is None
+
+
+def test_a_turn_that_goes_on_from_one_that_went_on_reads_both_within_the_limit():
+    first = _PreviousTurn(sound(2.0), [("the red of the second bow", 0)], ended_at=10 * RATE)
+    both = first.then(
+        sound(1.5), "falls upon the green", starts_at=int(10.3 * RATE), ended_at=12 * RATE
+    )
+    assert both.parts == [
+        ("the red of the second bow", 0),
+        ("falls upon the green", int(2.3 * RATE)),
+    ]
+    assert len(both.audio) == int(3.8 * RATE)
+    assert both.text == "the red of the second bow falls upon the green"
+    long = both.then(sound(CONTEXT_MAX_SECS - 3), "of the first", int(12.2 * RATE), 20 * RATE)
+    assert long.parts == [("of the first", 0)]  # all three would pass the limit: the last alone
 
 
 def test_the_previous_words_lose_the_full_stop_recognition_put_at_the_pause():
@@ -151,17 +183,67 @@ def test_a_sentence_split_at_its_pauses_is_heard_as_one(decoder, settings):
     events = asyncio.run(transcribe_stream(spy, turn, vad_only_turns(settings), ComputeClock()))
     finals = [e.text for e in events if e.kind == "final"]
     assert len(finals) == 3, finals  # the case under test: two pauses ended turns
-    # the later turns' passes read the turn before them, its closing full stop left off
-    prefixes = {c.prefix for c in spy.contexts if c is not None}
-    assert prefixes == {f.rstrip(".") for f in finals[:2]}, (prefixes, finals)
-    assert normalise(finals[1]).startswith("the result is"), finals
-    assert wer(RAINBOW_TEXT, " ".join(finals)) <= 0.06, finals  # a word at most (offline: 2)
+    heard = final_texts(events)  # the first two as heard again with the turn after them
+    # the second turn's passes read the first, its closing full stop left off; the third's
+    # read both
+    contexts = [c for c in spy.contexts if c is not None]
+    assert contexts[0].prefix == finals[0].rstrip("."), (contexts[0], finals)
+    assert normalise(contexts[-1].text) == normalise(" ".join(heard[:2])), (contexts[-1], heard)
+    assert normalise(heard[1]).startswith("the result is"), heard
+    assert wer(RAINBOW_TEXT, " ".join(heard)) <= 0.06, heard  # a word at most (offline: 2)
 
     cold = ContextSpy(decoder)
     off = vad_only_turns(settings, context_gap_secs=None)
     alone = asyncio.run(transcribe_stream(cold, turn, off, ComputeClock()))
     assert len([e for e in alone if e.kind == "final"]) == 3
     assert cold.contexts and not any(cold.contexts)  # null: every turn heard alone
+
+
+# "These take the shape of a long round arch, [0.58 s] with its path high above, [0.84 s] and
+# its two ends apparently beyond the horizon."
+ARCH = CORPUS / "pauses" / "vctk_p226_008.wav"
+
+
+def arch_on_the_phone() -> np.ndarray:
+    return through_phone_line(load_audio(ARCH, RATE))
+
+
+@needs_corpus
+@pytest.mark.slow
+def test_the_words_before_a_pause_are_heard_again_with_the_words_after_it(decoder):
+    """Through the phone codec the clause before the first pause, alone, is "Please take
+    the shape of a long round arch."; forced as the next part's start it stays so. Heard
+    again with the next part, it is "These take"."""
+    audio = arch_on_the_phone().astype(np.float32) / 32768.0
+    cut = int(2.83 * RATE)  # the middle of the first pause
+    first, rest = audio[:cut], audio[cut:]
+    heard = decoder.transcribe(first).text
+    assert normalise(heard).startswith("please take the shape"), heard  # the case under test
+    forced = decoder.transcribe(rest, context=Context(heard, first))
+    assert forced.context_words is None
+    again = decoder.transcribe(rest, words=True, context=Context(heard, first), hear_context=True)
+    assert again.context_words is not None
+    before = " ".join(w.text for w in again.context_words)
+    assert normalise(before) == "these take the shape of a long round arch", before
+    assert all(w.end <= len(first) / RATE + 0.1 for w in again.context_words)
+    assert normalise(again.text) == normalise(forced.text), (again.text, forced.text)
+    assert normalise(again.text).startswith("with its path"), again.text
+    assert [w.text for w in again.words] == again.text.split()
+    assert 0 <= again.words[0].start < 1.0  # timed in its own audio
+
+
+@needs_corpus
+@pytest.mark.slow
+def test_a_turn_split_on_the_phone_is_told_again_with_its_first_words_right(decoder, settings):
+    turn = ReplayTurn(ARCH.name, arch_on_the_phone())
+    events = asyncio.run(transcribe_stream(decoder, turn, vad_only_turns(settings), ComputeClock()))
+    finals = [e.text for e in events if e.kind == "final"]
+    assert len(finals) >= 2 and normalise(finals[0]).startswith("please take"), finals
+    revisions = [e for e in events if e.kind == "revision"]
+    assert revisions and revisions[0].revised[0][0] == finals[0], revisions
+    heard = final_texts(events)
+    assert normalise(heard[0]).startswith("these take the shape"), heard
+    assert len(heard) == len(finals)  # a turn's words are replaced, no turn added or lost
 
 
 @needs_corpus
@@ -171,8 +253,7 @@ def test_smart_turn_hears_a_turn_that_goes_on_with_the_one_before_it(decoder, se
     high above, [0.8 s] and its two ends ...": after a turn ended at the first pause, Smart
     Turn scored the second 0.9 hearing "with its path high above" alone, 0.02-0.08 hearing
     the sentence from its start."""
-    clip = CORPUS / "pauses" / "vctk_p226_008.wav"
-    turn = ReplayTurn(clip.name, load_audio(clip, RATE))
+    turn = ReplayTurn(ARCH.name, load_audio(ARCH, RATE))
     events = asyncio.run(transcribe_stream(decoder, turn, settings, ComputeClock()))
     finals = [normalise(e.text) for e in events if e.kind == "final"]
     assert any("path" in f and "horizon" in f for f in finals), finals

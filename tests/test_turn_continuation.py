@@ -19,7 +19,7 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.frame_processor import FrameDirection
 from pipecat.tests.utils import SleepFrame, run_test
 
-from agent.frames import NoReplyFrame
+from agent.frames import NoReplyFrame, TranscriptRevisionFrame
 from agent.llm.context import UserTurnAggregator
 
 STEP = SleepFrame(sleep=0.2)
@@ -82,3 +82,34 @@ async def test_speaking_after_the_answer_started_playing_is_a_new_turn():
     # a barge-in over a playing answer is the turn detector's to call, not the aggregator's
     assert not any(isinstance(f, InterruptionFrame) for f in down)
     assert len(aggregator.asked) == 2
+
+
+async def test_words_heard_again_with_the_next_part_replace_the_ones_the_message_held():
+    """Through the phone codec the first part of "These take the shape of a long round arch,
+    [pause] with its path high above" came out "Please take the shape ..."; heard again with
+    the second part, its words are right, and the message the LLM reads takes them."""
+    ctx = LLMContext(messages=list(EARLIER))
+    aggregator = AskLog(ctx)
+    revision = TranscriptRevisionFrame(
+        turns=[
+            (
+                "Please take the shape of a long round arch.",
+                "These take the shape of a long round arch,",
+            )
+        ]
+    )
+    frames = [*turn("Please take the shape of a long round arch."), revision, STEP]
+    frames += turn("with its path high above.")
+    await run_test(aggregator, frames_to_send=frames)
+    joined = "These take the shape of a long round arch, with its path high above."
+    assert aggregator.asked[-1] == joined
+    assert ctx.get_messages() == [*EARLIER, {"role": "user", "content": joined}]
+
+
+async def test_a_revision_of_words_the_message_does_not_end_with_changes_nothing():
+    ctx = LLMContext(messages=list(EARLIER))
+    aggregator = AskLog(ctx)
+    revision = TranscriptRevisionFrame(turns=[("Something else.", "Other words,")])
+    frames = [*turn("What time is it?"), revision, STEP]
+    await run_test(aggregator, frames_to_send=frames)
+    assert ctx.get_messages()[-1] == {"role": "user", "content": "What time is it?"}

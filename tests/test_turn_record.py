@@ -8,14 +8,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pipecat.frames.frames import TranscriptionFrame
+from pipecat.observers.base_observer import FramePushed
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
+from agent.clock import ComputeClock
 from agent.errors import UserError
+from agent.frames import TimelineEventFrame, TranscriptRevisionFrame
 from agent.live.call import with_barge_in
 from agent.reports.load import load_run
 from agent.timing.budget import Budget, default_budget_file, load_budget
 from agent.timing.record import LLMUsage, jsonl
 from agent.timing.timeline import EVENTS, GAP, STAGE_NAMES
-from agent.timing.turn_timer import Turn
+from agent.timing.turn_timer import Turn, TurnTimer
 from tests.fakes import scripted_run
 
 # The record contract's keys, in the order turns.jsonl has always had them (docs/design.md).
@@ -127,3 +132,32 @@ def test_a_line_that_is_no_record_says_what_it_lacks(tmp_path) -> None:
     write(run, ["[1, 2]"])
     with pytest.raises(UserError, match="line 1: a turn record must be a JSON object, got list"):
         load_run(run)
+
+
+async def test_words_heard_again_replace_the_earlier_turns_words_in_their_records():
+    """A turn that went on from two before it heard their words again: those two records
+    take the words heard now; a revision of words they do not end with changes nothing."""
+    timer = TurnTimer(ComputeClock())
+    source = FrameProcessor()
+
+    async def push(frame) -> None:
+        pushed = FramePushed(source, source, frame, FrameDirection.DOWNSTREAM, 0, True)
+        await timer.on_push_frame(pushed)
+
+    said = ["Please take the shape", "of a long round arch.", "with its path"]
+    for i, text in enumerate(said):
+        await push(TimelineEventFrame(event="speech_start", at_ms=1000.0 * i))
+        await push(TimelineEventFrame(event="turn_end", at_ms=1000.0 * i + 500))
+        await push(TranscriptionFrame(text=text, user_id="caller", timestamp=""))
+    await push(TimelineEventFrame(event="speech_start", at_ms=4000.0))  # the open turn
+    await push(TranscriptRevisionFrame(turns=[("no such words", "other words")]))
+    assert [r.user_text for r in timer.records()] == [*said, ""]
+    revised = [
+        ("of a long round arch.", "of a long round arch,"),
+        ("with its path", "with its path high"),
+    ]
+    await push(TranscriptRevisionFrame(turns=revised))
+    records = timer.records()
+    assert [r.user_text for r in records] == [
+        "Please take the shape", "of a long round arch,", "with its path high", "",
+    ]  # fmt: skip

@@ -4,7 +4,8 @@
 asks the LLM for an answer (at a pause, for a speculative one); an empty transcript asks
 for nothing and says so upstream. Each interim transcript offers the turn so far for
 prefilling. A caller who goes on before hearing an answer continues the same message:
-words that follow a user message with no spoken answer after it are joined to it, a final
+words that follow a user message with no spoken answer after it are joined to it (and
+recognition may revise the words it held, heard again with the new ones), a final
 that comes while the caller already speaks again waits for the rest instead of being
 answered over them, and an answer asked for but not yet playing is interrupted (dropped)
 when the caller speaks again.
@@ -36,6 +37,8 @@ from agent.frames import (
     PartialTurnFrame,
     SpeculativeTranscriptFrame,
     SpeculativeTurnFrame,
+    TranscriptRevisionFrame,
+    swap_ending,
 )
 
 
@@ -75,6 +78,19 @@ class UserTurnAggregator(FrameProcessor):
             message = {"role": "user", "content": f"{earlier['content']} {message['content']}"}
         return [*messages, message]
 
+    def _revise(self, frame: TranscriptRevisionFrame) -> None:
+        """The caller's words heard again replace the ones the last user message holds."""
+        messages = list(self._context.get_messages())
+        told = " ".join(t for t, _ in frame.turns)
+        now = " ".join(n for _, n in frame.turns)
+        for i in range(len(messages) - 1, -1, -1):
+            if messages[i].get("role") == "user":
+                content = swap_ending(str(messages[i]["content"]), told, now)
+                if content is not None:
+                    messages[i] = {"role": "user", "content": content}
+                    self._context.set_messages(messages)
+                return
+
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
         if isinstance(frame, UserStartedSpeakingFrame | UserStoppedSpeakingFrame):
@@ -84,6 +100,9 @@ class UserTurnAggregator(FrameProcessor):
                 await self.broadcast_interruption()
         elif isinstance(frame, BotStartedSpeakingFrame):
             self._answer_due = False  # playing: a barge-in is the turn detector's to call
+        if isinstance(frame, TranscriptRevisionFrame):
+            self._revise(frame)
+            return
         if isinstance(frame, SpeculativeTranscriptFrame):
             if (turn := self._turn_with(frame.text)) is not None:
                 await self.push_frame(SpeculativeTurnFrame(messages=turn))

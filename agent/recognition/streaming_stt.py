@@ -19,7 +19,10 @@ A voice over the bot (``HoldBotAudioFrame``) is kept from the hold on: asked
 turn starts with it. A turn that starts within ``context_gap_secs`` of the previous one's end,
 with no answer heard to its end in between, is the caller going on after a pause: its passes
 read the previous turn's audio and words first (``Context``), as one pass over both would,
-and give only the new words.
+and give only the new words. The pause's and final passes hear those words again instead of
+forcing them: where they now differ, a ``TranscriptRevisionFrame`` replaces them. A turn that
+goes on from one that went on itself reads all of them (at most ``CONTEXT_MAX_SECS``), so a
+middle part is never heard again without the part before it.
 
 A decoder failure never ends the call: it is reported once per turn as a
 ``StageErrorFrame(stage="stt")``, interims skip it, and a failed final pass finishes the turn
@@ -60,6 +63,7 @@ from agent.frames import (
     SpeechPausedFrame,
     StageErrorFrame,
     TimelineEventFrame,
+    TranscriptRevisionFrame,
 )
 from agent.recognition.utterance import NOISE_MAX_SECS, Snapshot, Utterance, has_words
 from agent.recognition.whisper_decoder import (
@@ -68,6 +72,7 @@ from agent.recognition.whisper_decoder import (
     Context,
     Pass,
     WhisperDecoder,
+    Word,
 )
 from agent.settings import ASRSettings
 
@@ -100,13 +105,44 @@ class _RunningPass:
 
 
 class _PreviousTurn:
-    """The caller's last turn as the next one may read it: its audio since its last trim,
-    the words heard in that audio, and where in the call's input it ended."""
+    """The caller's last turns as the next one may read them: their audio (since the last
+    trim), each turn's words as told downstream with where its audio starts in it, and
+    where in the call's input the last one ended."""
 
-    def __init__(self, audio: np.ndarray, text: str, ended_at: int) -> None:
+    def __init__(self, audio: np.ndarray, parts: list[tuple[str, int]], ended_at: int) -> None:
         self.audio = audio  # float32
-        self.text = text
+        self.parts = parts
         self.ended_at = ended_at
+
+    @property
+    def text(self) -> str:
+        return " ".join(text for text, _ in self.parts if text)
+
+    def heard_again(self, words: list[Word]) -> list[tuple[str, str]] | None:
+        """(words told, words now) for each turn, the words timed in this audio; None when
+        every turn's words are as told, or a turn's would all go (its turn record would be
+        one of noise)."""
+        starts = [at / RATE for _, at in self.parts[1:]] + [float("inf")]
+        now: list[list[str]] = [[] for _ in self.parts]
+        part = 0
+        for word in words:
+            while (word.start + word.end) / 2 >= starts[part]:
+                part += 1
+            now[part].append(word.text)
+        pairs = [(told, " ".join(w)) for (told, _), w in zip(self.parts, now, strict=True)]
+        if not all(now) or all(told == heard for told, heard in pairs):
+            return None
+        self.parts = [(heard, at) for (_, at), (_, heard) in zip(self.parts, pairs, strict=True)]
+        return pairs
+
+    def then(self, audio: np.ndarray, text: str, starts_at: int, ended_at: int) -> _PreviousTurn:
+        """These turns and the one after them (its audio from ``starts_at``, input samples);
+        that one alone when all would be longer than ``CONTEXT_MAX_SECS``."""
+        before = self._up_to(starts_at)
+        if len(before) + len(audio) > CONTEXT_MAX_SECS * RATE:
+            return _PreviousTurn(audio, [(text, 0)], ended_at)
+        joined = np.concatenate([before, audio])
+        return _PreviousTurn(joined, [*self.parts, (text, len(before))], ended_at)
 
     def _up_to(self, starts_at: int) -> np.ndarray:
         """This turn's audio, then silence until ``starts_at`` (input samples), where the
@@ -126,10 +162,10 @@ class _PreviousTurn:
         return Context(self.text, audio) if len(audio) else None
 
     def then_no_words(self, audio: np.ndarray, starts_at: int, ended_at: int) -> _PreviousTurn:
-        """This turn, followed by one in which recognition heard no word: a word too short
+        """These turns, followed by one in which recognition heard no word: a word too short
         to be told from a noise alone ("peas" after "six spoons of fresh snow") stays in the
-        audio the next turn reads, which may hear it there."""
-        return _PreviousTurn(np.concatenate([self._up_to(starts_at), audio]), self.text, ended_at)
+        audio the next turn reads, which may hear it there (as the last turn's)."""
+        return _PreviousTurn(np.concatenate([self._up_to(starts_at), audio]), self.parts, ended_at)
 
 
 class StreamingWhisperSTT(FrameProcessor):
@@ -160,7 +196,8 @@ class StreamingWhisperSTT(FrameProcessor):
         self._quiet_pass_due = False  # the next pass is the lull's
         self._heard_only_noise = False  # the latest pause transcript of the turn had no word
         self._overlap: bytearray | None = None  # a voice over the bot: its audio so far
-        self._previous: _PreviousTurn | None = None  # the last turn with words
+        self._previous: _PreviousTurn | None = None  # the last turns with words
+        self._context: _PreviousTurn | None = None  # those the current turn goes on from
         self._turn_starts_at = 0  # where the current turn's audio starts in the input
 
     # -- frames -----------------------------------------------------------------------------
@@ -220,6 +257,7 @@ class StreamingWhisperSTT(FrameProcessor):
         self._turn_starts_at = self._received - len(lead) // 2
         if self._previous is not None and gap_secs is not None:
             context = self._previous.context(self._turn_starts_at, self._received, gap_secs)
+        self._context = self._previous if context is not None else None
         self._utt = Utterance(bytes(lead), context, self._short_secs)
         self._since_pass = 0
         self._interim = ""
@@ -298,6 +336,7 @@ class StreamingWhisperSTT(FrameProcessor):
             expect,
             context=snap.context,
             beam_size=BEAM_SIZE if careful else 1,
+            hear_context=speech_ended,
         )
         loop = asyncio.get_running_loop()
         return loop.run_in_executor(self._executor, transcribe)
@@ -352,6 +391,7 @@ class StreamingWhisperSTT(FrameProcessor):
             self._heard_only_noise = not text
             await self.push_frame(PauseTranscriptFrame(text=text), FrameDirection.UPSTREAM)
             if text:
+                await self._revise_context(result)
                 await self.push_frame(SpeculativeTranscriptFrame(text=text))  # the LLM may start
 
     async def _report_overlap(self) -> None:
@@ -375,6 +415,12 @@ class StreamingWhisperSTT(FrameProcessor):
         """The turn's text, or nothing when the pass heard noise (``heard_words``)."""
         return heard_words(utt.text(result), result.no_speech_prob, utt.secs <= self._short_secs)
 
+    async def _revise_context(self, result: Pass) -> None:
+        """The turns this one goes on from, where the pass heard their words otherwise."""
+        if self._context is not None and result.context_words is not None:
+            if (turns := self._context.heard_again(result.context_words)) is not None:
+                await self.push_frame(TranscriptRevisionFrame(turns=turns))
+
     async def _final_pass(self, utt: Utterance) -> tuple[str, float]:
         """The turn's final text and when it was ready (a failed pass: the last interim)."""
         spec, self._speculation = self._speculation, None
@@ -382,13 +428,18 @@ class StreamingWhisperSTT(FrameProcessor):
             if spec is not None and spec.snap.generation == utt.generation:
                 # no speech since the pause and no trim: the speculative pass is the final one
                 result = await spec.future
-                return self._heard(utt, result), spec.ready_ms or self._clock.now_ms()
-            careful = self._a_word_or_two(utt)
-            result = await self._run_pass(utt.snapshot(), speech_ended=True, careful=careful)
-            return self._heard(utt, result), self._clock.now_ms()
+                ready_ms = spec.ready_ms or self._clock.now_ms()
+            else:
+                careful = self._a_word_or_two(utt)
+                result = await self._run_pass(utt.snapshot(), speech_ended=True, careful=careful)
+                ready_ms = self._clock.now_ms()
         except Exception as exc:
             await self._report_failure(exc, "final")
             return self._interim, self._clock.now_ms()
+        text = self._heard(utt, result)
+        if text:
+            await self._revise_context(result)
+        return text, ready_ms
 
     async def _finish_turn(self) -> None:
         utt, self._utt = self._utt, None
@@ -396,12 +447,13 @@ class StreamingWhisperSTT(FrameProcessor):
         text, ready_ms = await self._final_pass(utt)  # noise is not a turn to answer: ""
         logger.debug(f"{self}: final over {utt.secs:.2f} s: {text!r}")
         own, audio = utt.own_words(text), _floats(utt.pcm)
-        if own:
-            self._previous = _PreviousTurn(audio, own, self._received)
-        elif self._previous is not None and utt.has_context:
-            self._previous = self._previous.then_no_words(
-                audio, self._turn_starts_at, self._received
-            )
+        context, self._context = self._context, None
+        if own and context is not None and utt.has_context:
+            self._previous = context.then(audio, own, self._turn_starts_at, self._received)
+        elif own:
+            self._previous = _PreviousTurn(audio, [(own, 0)], self._received)
+        elif context is not None and utt.has_context:
+            self._previous = context.then_no_words(audio, self._turn_starts_at, self._received)
         else:
             self._previous = None
         await self.push_frame(TimelineEventFrame(event="stt_final", at_ms=ready_ms))

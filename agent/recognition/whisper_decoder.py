@@ -18,8 +18,12 @@ text is not given back as a decoder prompt: tiny.en copied the prompt (a 36 s tu
 one sentence 7 times came out with it 10-11 times; 7 without the prompt).
 
 A turn that goes on from the caller's previous one (a pause ended it) is decoded with that
-turn's audio before it and its words as a forced prefix (``Context``): Whisper, cold at the
-start of a window, drops or mishears the first words of a sentence it joins mid-way.
+turn's audio before it (``Context``): Whisper, cold at the start of a window, drops or
+mishears the first words of a sentence it joins mid-way. Interims force its words as the
+text's start; a pass at the end of speech hears both parts again with no word forced, as one
+pass over the whole sentence would, and gives the previous part's words as heard now
+(``Pass.context_words``) beside the new ones: forced words keep the mistakes the previous
+part made without the words that follow it ("Please take the shape" for "These take").
 """
 
 from __future__ import annotations
@@ -97,6 +101,8 @@ class Pass:
     words: list[Word] = field(default_factory=list)
     restarted: bool = False  # Whisper started the text over: it read the window to its end
     no_speech_prob: float = 0.0  # Whisper's probability that the window holds no speech
+    # the context's words heard again, timed in its audio (None: forced as given)
+    context_words: list[Word] | None = None
 
     @property
     def tokens(self) -> int:
@@ -215,21 +221,27 @@ class WhisperDecoder:
         expect_tokens: int | None = None,
         context: Context | None = None,
         beam_size: int = 1,
+        hear_context: bool = False,
     ) -> Pass:
         """Transcribe float32 16 kHz audio (at most 30 s with its context).
 
         ``words`` asks for word timings; ``expect_tokens``, how many tokens the text is
         likely to need (see the module's docstring); ``context``, what the caller said just
         before (its audio is read first, its words forced as the text's start; the result
-        holds only the words after them, timed in ``audio``); ``beam_size``, 1 for greedy.
-        Whisper sometimes stops a long window early; like faster-whisper's own seek loop,
-        decoding then resumes from the last segment's end, on the audio that is left.
+        holds only the words after them, timed in ``audio``); ``hear_context``: its words are
+        not forced but heard again, and given as ``context_words``; ``beam_size``, 1 for
+        greedy. Whisper sometimes stops a long window early; like faster-whisper's own seek
+        loop, decoding then resumes from the last segment's end, on the audio that is left.
         """
         secs = len(audio) / RATE
+        done = None
         if context is not None and context.prefix and len(context.audio):
-            window = np.concatenate([context.audio, audio])
-            done = self._window(window, words, expect_tokens, context.prefix, beam_size)
-            _shift(done, -len(context.audio) / RATE)
+            if hear_context:
+                done = self._after_context(context, audio, words, expect_tokens, beam_size)
+            if done is None:
+                window = np.concatenate([context.audio, audio])
+                done = self._window(window, words, expect_tokens, context.prefix, beam_size)
+                _shift(done, -len(context.audio) / RATE)
             done.audio_secs = secs
         else:
             done = self._window(audio, words, expect_tokens, beam_size=beam_size)
@@ -252,6 +264,43 @@ class WhisperDecoder:
                 restarted=rest.restarted,
                 no_speech_prob=done.no_speech_prob,
             )
+        return done
+
+    def _after_context(
+        self,
+        context: Context,
+        audio: np.ndarray,
+        words: bool,
+        expect_tokens: int | None,
+        beam_size: int,
+    ) -> Pass | None:
+        """One pass over the context's audio and ``audio`` with no word forced, split where
+        the context's audio ends (by each word's middle); None when the words cannot be
+        timed or none falls in the context: the forced pass decides then."""
+        window = np.concatenate([context.audio, audio])
+        given = len(self.tokenizer.encode(" " + context.prefix))
+        expect = None if expect_tokens is None else expect_tokens + given
+        whole = self._window(window, True, expect, beam_size=beam_size)
+        said = whole.text.split()
+        if not said or len(whole.words) != len(said):
+            return None
+        boundary = len(context.audio) / RATE
+        timed = [Word(text, w.start, w.end) for text, w in zip(said, whole.words, strict=True)]
+        heard = 0
+        while heard < len(timed) and timed[heard].start + timed[heard].end < 2 * boundary:
+            heard += 1
+        if heard == 0:
+            return None
+        done = Pass(
+            text=" ".join(said[heard:]),
+            audio_secs=len(audio) / RATE,
+            segments=[seg for seg in whole.segments if seg.end > boundary],
+            words=timed[heard:] if words else [],
+            restarted=whole.restarted,
+            no_speech_prob=whole.no_speech_prob,
+            context_words=timed[:heard],
+        )
+        _shift(done, -boundary)
         return done
 
     def _window(

@@ -27,7 +27,9 @@ from agent.frames import (
     PhraseFrame,
     StageErrorFrame,
     TimelineEventFrame,
+    TranscriptRevisionFrame,
     TurnEndReasonFrame,
+    revised_texts,
 )
 from agent.timing.budget import Budget
 from agent.timing.record import LLMUsage, TurnRecord
@@ -36,6 +38,7 @@ from agent.timing.timeline import EVENTS, stages_and_gaps
 USER_EVENTS = {"speech_start", "speech_end", "turn_end", "stt_final"}
 WATCHED = (
     TimelineEventFrame,
+    TranscriptRevisionFrame,
     UserStoppedSpeakingFrame,
     TranscriptionFrame,
     LLMTextFrame,
@@ -129,6 +132,13 @@ class TurnTimer(BaseObserver):
         if exact:
             turn.exact.add(event)
 
+    def _revise(self, turns: list[tuple[str, str]]) -> None:
+        """Recognition heard the caller's last turns' words again (the open turn, with no
+        words yet, goes on from them): their records take the words heard now."""
+        texts = revised_texts([t.user_text for t in self.turns], turns)
+        for turn, text in zip(self.turns, texts or [], strict=False):
+            turn.user_text = text
+
     def records(self) -> list[TurnRecord]:
         """All turn records so far."""
         return [t.record(self._budget) for t in self.turns]
@@ -159,6 +169,8 @@ class TurnTimer(BaseObserver):
             self._set("turn_end", now)
         elif isinstance(frame, TranscriptionFrame):
             self._user_turn().user_text += frame.text
+        elif isinstance(frame, TranscriptRevisionFrame):
+            self._revise(frame.turns)
         elif isinstance(frame, LLMTextFrame):
             turn = self._bot_turn()
             if turn and turn.events["llm_request"] is not None:

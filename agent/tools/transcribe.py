@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from pipecat.frames.frames import (
@@ -26,7 +26,14 @@ from pipecat.pipeline.pipeline import Pipeline
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from agent.clock import CallClock, CallRecorder
-from agent.frames import NoReplyFrame, SpeechLullFrame, SpeechPausedFrame, StageErrorFrame
+from agent.frames import (
+    NoReplyFrame,
+    SpeechLullFrame,
+    SpeechPausedFrame,
+    StageErrorFrame,
+    TranscriptRevisionFrame,
+    revised_texts,
+)
 from agent.pipeline import run_pipeline
 from agent.recognition.streaming_stt import StreamingWhisperSTT
 from agent.recognition.turn_detector import TurnDetector, TurnModels
@@ -39,13 +46,27 @@ from agent.transports.replay import ReplayInput, ReplayTurn
 class TranscriptEvent:
     """One transcript as it appeared: ``kind`` is interim, final or turn_end; also lull (the
     line went quiet while the VAD hears a voice), pause and resume (the VAD heard silence /
-    speech again inside the turn) and error (a stage error)."""
+    speech again inside the turn), revision (the words of the turns this one goes on from,
+    heard again: ``revised``) and error (a stage error)."""
 
     file: str
     kind: str
     at_ms: float
     text: str = ""
     confirmed: str = ""
+    revised: list[tuple[str, str]] = field(default_factory=list)  # (told, now) per turn
+
+
+def final_texts(events: list[TranscriptEvent]) -> list[str]:
+    """Each turn's final transcript, with recognition's revisions (``kind`` revision: the
+    words of the turns a later one went on from, heard again) applied."""
+    finals: list[str] = []
+    for event in events:
+        if event.kind == "final":
+            finals.append(event.text)
+        elif event.kind == "revision":
+            finals = revised_texts(finals, event.revised) or finals
+    return finals
 
 
 def transcribe_once(decoder: WhisperDecoder, name: str, samples: np.ndarray) -> TranscriptEvent:
@@ -82,6 +103,9 @@ class TranscriptCollector(FrameProcessor):
             self._events.append(TranscriptEvent(self._name, "interim", now, frame.text, confirmed))
         elif isinstance(frame, UserStoppedSpeakingFrame) and direction == FrameDirection.DOWNSTREAM:
             self._events.append(TranscriptEvent(self._name, "turn_end", now))
+        elif isinstance(frame, TranscriptRevisionFrame):
+            text = " ".join(heard for _, heard in frame.turns)
+            self._events.append(TranscriptEvent(self._name, "revision", now, text, "", frame.turns))
         elif isinstance(frame, TranscriptionFrame):
             self._events.append(TranscriptEvent(self._name, "final", now, frame.text))
             await self.push_frame(NoReplyFrame(), FrameDirection.UPSTREAM)

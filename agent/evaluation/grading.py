@@ -87,6 +87,26 @@ def assign_turns(records: list[TurnRecord], played: list[PlayedClip]) -> list[li
     return out
 
 
+def _speech_span(
+    user: np.ndarray, rate: int, play: PlayedClip
+) -> tuple[float, float] | tuple[None, None]:
+    """Where the clip's speech starts and ends on the call clock (ms), from call.wav."""
+    a, b = (int(play.start_ms * rate / 1000), int(play.end_ms * rate / 1000))
+    bounds = speech_bounds(user[a:b], rate)
+    if bounds is None:
+        return None, None
+    start, end = (round((a + s) * 1000 / rate, 1) for s in bounds)
+    return start, end
+
+
+def _merged(turns: list[TurnRecord], start: float | None, before: list[TurnRecord]) -> bool:
+    """Whether a clip's speech went into the previous clip's turn: no turn opened in it, and
+    that one ended after its speech began."""
+    if turns or start is None or not before:
+        return False
+    return (before[-1].events["turn_end"] or 0) >= start
+
+
 def grade_call(
     call_wav: Path,
     clips: list[Clip],
@@ -99,14 +119,14 @@ def grade_call(
     user, bot = audio[:, 0], audio[:, 1]
     onsets = [s * 1000 / rate for s in bot_onsets(bot, rate)]
     by_clip = assign_turns(records, played)
+    spans = [_speech_span(user, rate, play) for play in played]
+    merged = [
+        _merged(turns, start, before)
+        for turns, (start, _), before in zip(by_clip, spans, [[], *by_clip], strict=False)
+    ]
     answers = CallAnswers()
     grades: list[ClipGrade] = []
-    for i, (clip, play, turns) in enumerate(zip(clips, played, by_clip, strict=True)):
-        a, b = (int(play.start_ms * rate / 1000), int(play.end_ms * rate / 1000))
-        bounds = speech_bounds(user[a:b], rate)
-        start = end = None
-        if bounds is not None:
-            start, end = (round((a + s) * 1000 / rate, 1) for s in bounds)
+    for i, (clip, turns, (start, end)) in enumerate(zip(clips, by_clip, spans, strict=True)):
         window_end = played[i + 1].start_ms if i + 1 < len(played) else float("inf")
         cut = [t for t in onsets if start is not None and end is not None and start < t < end]
         after = [t for t in onsets if end is not None and end <= t < window_end]
@@ -114,13 +134,8 @@ def grade_call(
         s_err, n_ref = word_errors(clip.text, streaming)
         o_err, _ = word_errors(clip.text, offline[i])
         heard = [r for r in turns if r.user_text.strip()]
-        previous = by_clip[i - 1] if i else []
-        merged = (
-            not turns
-            and start is not None
-            and bool(previous)
-            and (previous[-1].events["turn_end"] or 0) >= start
-        )
+        # when the next clip merged into this one's turn, its last words are that clip's
+        next_merged = i + 1 < len(merged) and merged[i + 1]
         checks = [answers.check(r.user_text, r.bot_text) for r in turns]
         grades.append(
             ClipGrade(
@@ -131,13 +146,13 @@ def grade_call(
                 streaming_errors=s_err,
                 offline_errors=o_err,
                 duplicated=duplicated_phrases(clip.text, streaming),
-                stray=stray_words(clip.text, streaming),
+                stray=stray_words(clip.text, streaming, trailing=not next_merged),
                 reference_words=n_ref,
                 expected_turns=clip.expect_turns,
                 turns=len(turns),
                 empty_turns=len(turns) - len(heard),
                 splits=max(0, len(heard) - clip.expect_turns),
-                merged=merged,
+                merged=merged[i],
                 pauses=len(clip.pauses),
                 speech_start_ms=start,
                 speech_end_ms=end,
@@ -150,7 +165,4 @@ def grade_call(
                 record_voice_to_voice_ms=[r.voice_to_voice_ms for r in turns],
             )
         )
-    for grade, after in zip(grades, grades[1:], strict=False):
-        if after.merged:  # its last words are the next clip's
-            grade.stray = stray_words(grade.reference, grade.streaming_text, trailing=False)
     return grades

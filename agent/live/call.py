@@ -42,7 +42,7 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from agent.clock import CallClock, CallRecorder, NullRecorder
 from agent.errors import UserError
-from agent.frames import NoReplyFrame, TimelineEventFrame
+from agent.frames import NoReplyFrame, TimelineEventFrame, TranscriptRevisionFrame
 from agent.llm.engines import ChatEngine
 from agent.pipeline import AgentModels, build_pipeline, run_pipeline
 from agent.settings import Settings
@@ -168,6 +168,8 @@ class CallObserver(BaseObserver):
             self._emit({"type": "interim", "text": frame.text})
         elif isinstance(frame, TranscriptionFrame):
             self._emit({"type": "final", "text": frame.text})
+        elif isinstance(frame, TranscriptRevisionFrame):
+            self._emit({"type": "revised", "turns": [list(pair) for pair in frame.turns]})
         elif isinstance(frame, TimelineEventFrame):
             self._on_event(frame)
         elif isinstance(frame, NoReplyFrame):

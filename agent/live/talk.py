@@ -43,6 +43,8 @@ def console_printer(say: Callable[[str], None]) -> Callable[[Event], None]:
         kind = event["type"]
         if kind == "final":
             say(f"you: {event['text']}")
+        elif kind == "revised":  # the words before a pause, heard again with the rest
+            say(f"you (heard again): {' '.join(now for _, now in event['turns'])}")
         elif kind == "bot_text":
             say(f"bot: {event['text']}")
         elif kind == "barge_in":

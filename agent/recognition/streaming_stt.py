@@ -126,7 +126,7 @@ class _PreviousTurn:
         now: list[list[str]] = [[] for _ in self.parts]
         part = 0
         for word in words:
-            while (word.start + word.end) / 2 >= starts[part]:
+            while word.middle >= starts[part]:
                 part += 1
             now[part].append(word.text)
         pairs = [(told, " ".join(w)) for (told, _), w in zip(self.parts, now, strict=True)]
@@ -196,8 +196,8 @@ class StreamingWhisperSTT(FrameProcessor):
         self._quiet_pass_due = False  # the next pass is the lull's
         self._heard_only_noise = False  # the latest pause transcript of the turn had no word
         self._overlap: bytearray | None = None  # a voice over the bot: its audio so far
-        self._previous: _PreviousTurn | None = None  # the last turns with words
-        self._context: _PreviousTurn | None = None  # those the current turn goes on from
+        # the last turns with words (unchanged while a turn is open: what it goes on from)
+        self._previous: _PreviousTurn | None = None
         self._turn_starts_at = 0  # where the current turn's audio starts in the input
 
     # -- frames -----------------------------------------------------------------------------
@@ -257,7 +257,6 @@ class StreamingWhisperSTT(FrameProcessor):
         self._turn_starts_at = self._received - len(lead) // 2
         if self._previous is not None and gap_secs is not None:
             context = self._previous.context(self._turn_starts_at, self._received, gap_secs)
-        self._context = self._previous if context is not None else None
         self._utt = Utterance(bytes(lead), context, self._short_secs)
         self._since_pass = 0
         self._interim = ""
@@ -416,9 +415,10 @@ class StreamingWhisperSTT(FrameProcessor):
         return heard_words(utt.text(result), result.no_speech_prob, utt.secs <= self._short_secs)
 
     async def _revise_context(self, result: Pass) -> None:
-        """The turns this one goes on from, where the pass heard their words otherwise."""
-        if self._context is not None and result.context_words is not None:
-            if (turns := self._context.heard_again(result.context_words)) is not None:
+        """The turns this one goes on from (the pass read them), where the pass heard their
+        words otherwise."""
+        if self._previous is not None and result.context_words is not None:
+            if (turns := self._previous.heard_again(result.context_words)) is not None:
                 await self.push_frame(TranscriptRevisionFrame(turns=turns))
 
     async def _final_pass(self, utt: Utterance) -> tuple[str, float]:
@@ -447,13 +447,13 @@ class StreamingWhisperSTT(FrameProcessor):
         text, ready_ms = await self._final_pass(utt)  # noise is not a turn to answer: ""
         logger.debug(f"{self}: final over {utt.secs:.2f} s: {text!r}")
         own, audio = utt.own_words(text), _floats(utt.pcm)
-        context, self._context = self._context, None
-        if own and context is not None and utt.has_context:
-            self._previous = context.then(audio, own, self._turn_starts_at, self._received)
+        before = self._previous if utt.has_context else None  # what this turn went on from
+        if own and before is not None:
+            self._previous = before.then(audio, own, self._turn_starts_at, self._received)
         elif own:
             self._previous = _PreviousTurn(audio, [(own, 0)], self._received)
-        elif context is not None and utt.has_context:
-            self._previous = context.then_no_words(audio, self._turn_starts_at, self._received)
+        elif before is not None:
+            self._previous = before.then_no_words(audio, self._turn_starts_at, self._received)
         else:
             self._previous = None
         await self.push_frame(TimelineEventFrame(event="stt_final", at_ms=ready_ms))

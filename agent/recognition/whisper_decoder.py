@@ -87,6 +87,11 @@ class Word:
     start: float
     end: float
 
+    @property
+    def middle(self) -> float:
+        """Where the word is said: a word that straddles a cut belongs where most of it is."""
+        return (self.start + self.end) / 2
+
 
 @dataclass
 class Pass:
@@ -287,7 +292,7 @@ class WhisperDecoder:
         boundary = len(context.audio) / RATE
         timed = [Word(text, w.start, w.end) for text, w in zip(said, whole.words, strict=True)]
         heard = 0
-        while heard < len(timed) and timed[heard].start + timed[heard].end < 2 * boundary:
+        while heard < len(timed) and timed[heard].middle < boundary:
             heard += 1
         if heard == 0:
             return None

@@ -173,9 +173,12 @@ class EndOfMessageFrame(SystemFrame):
 class HoldBotAudioFrame(SystemFrame):
     """Downstream, from turn detection to the output: the caller may be talking over the bot
     (the VAD's first speech window). The output stops sending bot audio (``hold``) until the
-    barge-in is confirmed (an interruption follows) or called off (``hold`` False)."""
+    barge-in is confirmed (an interruption follows) or called off (``hold`` False).
+    ``before_answer``: the caller's turn had ended and its answer had not begun to play (the
+    caller may be going on): the answer must not start, and there is nothing to resume."""
 
     hold: bool = True
+    before_answer: bool = False
 
 
 @dataclass

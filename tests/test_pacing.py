@@ -64,3 +64,38 @@ async def test_a_barge_in_while_held_plays_nothing_more(tmp_path: Path) -> None:
     assert len(events(down, "first_audio_out")) == 1  # no new stretch after the barge-in
     played = np.flatnonzero(bot_channel(recorder, tmp_path / "call.wav"))
     assert played[-1] / RATE * 1000 < events(down, "interrupted")[0] + 25
+
+
+async def test_an_answer_held_before_it_began_starts_as_a_new_answer_on_release() -> None:
+    """A hold before the answer's first audio (the caller made a sound after their turn
+    ended) delays its start: released, the answer's first audio is still its first."""
+    clock, recorder = CallClock(), CallRecorder(RATE)
+    frames = [
+        HoldBotAudioFrame(hold=True, before_answer=True),
+        bot_audio(0.4),
+        SleepFrame(sleep=0.3),
+        HoldBotAudioFrame(hold=False),
+        SleepFrame(sleep=0.6),
+    ]
+    down, _ = await run_test(PacedOutput(clock, recorder, rate=RATE), frames_to_send=frames)
+    (first,) = events(down, "first_audio_out")
+    assert first >= 300  # nothing played while held
+    assert events(down, "interrupted") == []
+
+
+async def test_an_answer_held_before_it_began_is_dropped_unheard_by_the_caller_s_turn(
+    tmp_path: Path,
+) -> None:
+    """The caller went on: their new turn's interruption drops the held answer; nothing of it
+    played, so no "interrupted" event (there was no bot audio to stop)."""
+    clock, recorder = CallClock(), CallRecorder(RATE)
+    frames = [
+        HoldBotAudioFrame(hold=True, before_answer=True),
+        bot_audio(0.4),
+        SleepFrame(sleep=0.3),
+        InterruptionFrame(),
+        SleepFrame(sleep=0.3),
+    ]
+    down, _ = await run_test(PacedOutput(clock, recorder, rate=RATE), frames_to_send=frames)
+    assert events(down, "first_audio_out") == events(down, "interrupted") == []
+    assert not np.any(bot_channel(recorder, tmp_path / "call.wav"))

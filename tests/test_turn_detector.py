@@ -119,6 +119,36 @@ async def test_the_bot_s_audio_starting_over_an_open_turn_stops_at_once(settings
         assert InterruptionFrame not in kinds
 
 
+# After 2 s of silence Silero confirms 200 ms of this voice (VAD states carry over), not 120.
+@pytest.mark.parametrize(("speech_ms", "confirmed"), [(120, False), (1500, True)])
+async def test_a_caller_going_on_before_the_answer_plays_holds_it(settings, speech_ms, confirmed):
+    """Between a turn's end and its answer's first audio (a few hundred ms live), a caller
+    who goes on after their pause holds the answer at their first sound: before, the answer
+    started over them until the VAD confirmed their voice. Confirmed, their new turn opens
+    and then the hold is released (the context aggregator drops the answer it asked for as
+    the turn opens, tests/test_turn_continuation.py); not confirmed (a cough), it is
+    released once the line is quiet. The detector itself interrupts nothing: a final still
+    on its way would be dropped with it."""
+    home = load_audio(SAMPLES / "new_home_in_the_stars.wav", RATE)
+    start, end = speech_bounds(home, RATE)
+    again = home[start + RATE // 10 : start + RATE // 10 + speech_ms * RATE // 1000]
+    gap = np.zeros(2 * RATE, np.int16)  # the fallback (1.5 s) ends the turn at the latest
+    pcm = np.concatenate([np.zeros(RATE // 2, np.int16), home[start:end], gap, again, gap])
+    detector = ComputePacedDetector(settings.turn, TurnModels.load(), ComputeClock(), rate=RATE)
+    down, _ = await run_test(detector, frames_to_send=audio_frames(pcm))
+    kinds = [type(f) for f in down if not isinstance(f, InputAudioRawFrame)]
+    holds = [(f.hold, f.before_answer) for f in down if isinstance(f, HoldBotAudioFrame)]
+    ended = kinds.index(UserStoppedSpeakingFrame)
+    assert kinds.index(HoldBotAudioFrame) > ended  # not in the turn: after its end
+    assert InterruptionFrame not in kinds
+    assert [hold for hold, _ in holds] == [True, False] and holds[0][1]  # before the answer
+    released = len(kinds) - 1 - kinds[::-1].index(HoldBotAudioFrame)
+    assert kinds.count(UserStartedSpeakingFrame) == (2 if confirmed else 1)
+    if confirmed:
+        reopened = len(kinds) - 1 - kinds[::-1].index(UserStartedSpeakingFrame)
+        assert kinds.index(HoldBotAudioFrame) < reopened < released
+
+
 class HoldTimedDetector(AudioClockedDetector):
     """Notes the audio time of each hold it sends."""
 

@@ -3,7 +3,8 @@
 Frames out (audio passes straight through first, so recognition never waits on us):
 - ``HoldBotAudioFrame`` while the bot talks, at the first loud sound (``SoundOnset``) or
   the VAD's first speech window: its audio stops at once, not ``vad_start_secs`` later;
-  released when no speech is confirmed;
+  released when no speech is confirmed; the same between a turn's end and its answer's
+  first audio, so a caller who goes on after a pause does not hear the answer start;
 - ``UserStartedSpeakingFrame`` when a turn opens (and an interruption if the bot is talking);
   an interruption too when the bot's audio starts while a turn is open (a greeting that
   came after the caller began, an answer that raced the caller's next turn): the bot never
@@ -288,6 +289,7 @@ class TurnDetector(FrameProcessor):
         self._state = VADState.QUIET
         self._in_turn = False
         self._bot_speaking = False
+        self._answer_due = False  # the turn ended and its answer has not begun to play
         # What Smart Turn hears: the turn and its lead-in, at most the last 8 s.
         self._recent = RecentAudio(rate, SMART_TURN_MAX_SECS * 1000)
         self._turn_from = 0  # the input sample where the open turn's speech began
@@ -324,6 +326,7 @@ class TurnDetector(FrameProcessor):
         await self.push_frame(frame, direction)
         if isinstance(frame, BotStartedSpeakingFrame):
             self._bot_speaking = True
+            self._answer_due = False
             if self._in_turn:  # it began over a caller already talking: it stops at once
                 await self.broadcast_interruption()
         elif isinstance(frame, BotStoppedSpeakingFrame):
@@ -392,14 +395,17 @@ class TurnDetector(FrameProcessor):
             await self._speech_stopped()
 
     async def _hold_or_release(self, state: VADState, voiced: bool, onset: bool) -> None:
-        """Hold the bot's audio on a sound or voiced window over it; release after a spell
-        without voice."""
+        """Hold the bot's audio on a sound or voiced window over it, or before the answer
+        has begun (a caller going on after a pause must not hear it start over them);
+        release after a spell without voice."""
         if not self._settings.hold_on_speech or self._in_turn:
             return
         now = self._clock.now_ms()
-        if (voiced or onset) and self._bot_speaking and not self._holding:
+        if (voiced or onset) and (self._bot_speaking or self._answer_due) and not self._holding:
             self._holding, self._held_at, self._quiet_since = True, now, None
-            await self.push_frame(HoldBotAudioFrame(hold=True))
+            await self.push_frame(
+                HoldBotAudioFrame(hold=True, before_answer=not self._bot_speaking)
+            )
         elif self._holding and state == VADState.QUIET and not voiced and not self._judging_overlap:
             self._quiet_since = self._quiet_since or now
             if now - self._quiet_since >= self._settings.hold_release_secs * 1000:
@@ -513,11 +519,16 @@ class TurnDetector(FrameProcessor):
             first, ended = self._last_turn
             if self._turn_from - ended <= gap * self._rate:
                 self._turn_from = first  # it goes on from the last one: Smart Turn hears both
-        self._holding = False  # confirmed: the interruption below flushes the held audio
+        held_answer = self._holding and not self._bot_speaking  # held before it began
+        self._holding = self._answer_due = False  # the interruption below flushes the held audio
         await self.push_frame(TimelineEventFrame(event="speech_start", at_ms=start, exact=False))
         if self._bot_speaking:
             await self.broadcast_interruption()
         await self.broadcast_frame(UserStartedSpeakingFrame)
+        if held_answer:
+            # The context aggregator drops an answer it asked for at the frame above (its
+            # interruption reaches the output first); the release frees the output if none was.
+            await self.push_frame(HoldBotAudioFrame(hold=False))
 
     def _judge_now(self) -> asyncio.Future:
         """Smart Turn's verdict on the audio so far, on the call's own thread. First asked as
@@ -685,6 +696,7 @@ class TurnDetector(FrameProcessor):
         await self.push_frame(TurnEndReasonFrame(reason=reason, value=value, words=words))
         self._last_turn = (self._turn_from, self._heard)
         self._in_turn = False
+        self._answer_due = True
         self._fallback_at_ms = None
         self._rejudge_at = []
         self._forget_pause_text()

@@ -33,7 +33,6 @@ from pipecat.frames.frames import (
     Frame,
     InputAudioRawFrame,
     InterruptionFrame,
-    OutputAudioRawFrame,
     StartFrame,
 )
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
@@ -237,11 +236,6 @@ class LiveOutput(PacedOutput):
     async def flush_listener(self) -> None:
         """Make the listener drop the bot audio it has not played yet."""
         raise NotImplementedError
-
-    async def write_audio_frame(self, frame: OutputAudioRawFrame) -> bool:
-        if not await self.deliver(frame.audio):
-            return False
-        return await super().write_audio_frame(frame)
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         if isinstance(frame, InterruptionFrame):

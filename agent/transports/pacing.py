@@ -25,7 +25,8 @@ class PacedOutput(BaseOutputTransport):
     """Writes bot audio onto the recording's bot channel as a sound card would play it.
 
     A ``HoldBotAudioFrame`` stops the writing (what was written still plays out) until it is
-    released, which resumes the answer where it stopped, or an interruption drops it.
+    released, which resumes the answer where it stopped (or starts one held before it began),
+    or an interruption drops it. Nothing held reaches the listener (``deliver``).
     """
 
     def __init__(self, clock: CallClock, recorder: CallRecorder, *, rate: int) -> None:
@@ -46,17 +47,24 @@ class PacedOutput(BaseOutputTransport):
         self._released = asyncio.Event()  # cleared while a barge-in may be starting
         self._released.set()
         self._resuming = False  # the next audio goes on after a hold: not a new first audio
+        self._held_mid_answer = False  # the hold stopped an answer (not one yet to start)
         self._interruptions = 0  # a frame held across an interruption belongs to the old answer
 
     async def start(self, frame: StartFrame) -> None:
         await super().start(frame)
         await self.set_transport_ready(frame)
 
+    async def deliver(self, pcm: bytes) -> bool:
+        """Hand one chunk to the listener (a live transport's part); False: they are gone."""
+        return True
+
     async def write_audio_frame(self, frame: OutputAudioRawFrame) -> bool:
         interruptions = self._interruptions
         await self._released.wait()
         if interruptions != self._interruptions:
             return True  # the caller barged in while it was held: it must not play
+        if not await self.deliver(frame.audio):
+            return False
         now_ms = self._clock.now_ms()
         now = self._recorder.position(now_ms)
         if self._resuming:
@@ -80,8 +88,9 @@ class PacedOutput(BaseOutputTransport):
         if isinstance(frame, HoldBotAudioFrame):
             if frame.hold:
                 self._released.clear()
+                self._held_mid_answer = not frame.before_answer
             elif not self._released.is_set():
-                self._resuming = True
+                self._resuming = self._held_mid_answer
                 self._released.set()
             return
         if isinstance(frame, InterruptionFrame):
@@ -93,7 +102,7 @@ class PacedOutput(BaseOutputTransport):
                 self._cursor = now
                 await self.push_frame(TimelineEventFrame(event="interrupted", at_ms=now_ms))
                 await self.push_frame(TimelineEventFrame(event="bot_audio_end", at_ms=now_ms))
-            elif not self._released.is_set():  # held: its audio stopped at the hold
+            elif not self._released.is_set() and self._held_mid_answer:  # stopped at the hold
                 stopped_ms = round(self._cursor * 1000 / self.sample_rate, 1)
                 await self.push_frame(TimelineEventFrame(event="interrupted", at_ms=stopped_ms))
             self._released.set()

@@ -22,7 +22,7 @@ from pipecat.tests.utils import run_test
 
 from agent.audio import load_audio, speech_bounds
 from agent.clock import CallClock, ComputeClock
-from agent.frames import HoldBotAudioFrame
+from agent.frames import HoldBotAudioFrame, OverlapCheckFrame
 from agent.recognition.turn_detector import REJUDGE_SECS, TurnDetector, TurnModels
 from benchmarks.clips import CORPUS
 from tests.conftest import SAMPLES
@@ -147,6 +147,30 @@ async def test_a_caller_going_on_before_the_answer_plays_holds_it(settings, spee
     if confirmed:
         reopened = len(kinds) - 1 - kinds[::-1].index(UserStartedSpeakingFrame)
         assert kinds.index(HoldBotAudioFrame) < reopened < released
+
+
+async def test_a_caller_who_went_on_before_the_answer_began_is_no_barge_in(settings):
+    """The answer's audio began while the caller's first sound held it (the hold crossed the
+    pipeline after the output had started): their voice still opens their turn at once and
+    stops the answer, instead of being judged as a voice over the bot (which waits for its
+    words, and takes a short one for an acknowledgement)."""
+    home = load_audio(SAMPLES / "new_home_in_the_stars.wav", RATE)
+    start, end = speech_bounds(home, RATE)
+    gap = np.zeros(2 * RATE, np.int16)
+    first = np.concatenate([np.zeros(RATE // 2, np.int16), home[start:end], gap])
+    frames = audio_frames(np.concatenate([first, home[start + RATE // 10 : end], gap]))
+    at = len(first) // CHUNK + 3  # the answer's audio begins 60 ms into the caller's voice
+    detector = ComputePacedDetector(settings.turn, TurnModels.load(), ComputeClock(), rate=RATE)
+    down, _ = await run_test(
+        detector, frames_to_send=[*frames[:at], BotStartedSpeakingFrame(), *frames[at:]]
+    )
+    kinds = [type(f) for f in down if not isinstance(f, InputAudioRawFrame)]
+    holds = [(f.hold, f.before_answer) for f in down if isinstance(f, HoldBotAudioFrame)]
+    assert holds == [(True, True)]  # the interruption, not a release, ends this hold
+    assert OverlapCheckFrame not in kinds
+    assert kinds.count(UserStartedSpeakingFrame) == 2
+    reopened = len(kinds) - 1 - kinds[::-1].index(UserStartedSpeakingFrame)
+    assert kinds.index(HoldBotAudioFrame) < kinds.index(InterruptionFrame) < reopened
 
 
 class HoldTimedDetector(AudioClockedDetector):

@@ -215,7 +215,11 @@ class StreamingWhisperSTT(FrameProcessor):
         elif isinstance(frame, HoldBotAudioFrame):
             # A voice over the bot: keep its audio from here (with the pre-roll before it), for
             # the question whether it is a backchannel, and as the start of a barge-in's turn.
-            self._overlap = bytearray(self._pre_roll.snapshot()) if frame.hold else None
+            # A hold before the answer began is no voice over the bot: the turn it may open
+            # goes on from the caller's last one, and starts where any turn does (a lead from
+            # the hold would reach back into the last one's words).
+            over_bot = frame.hold and not frame.before_answer
+            self._overlap = bytearray(self._pre_roll.snapshot()) if over_bot else None
         elif isinstance(frame, OverlapCheckFrame):
             self.create_task(self._report_overlap())
         elif isinstance(frame, UserStartedSpeakingFrame):

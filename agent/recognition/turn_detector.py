@@ -4,7 +4,8 @@ Frames out (audio passes straight through first, so recognition never waits on u
 - ``HoldBotAudioFrame`` while the bot talks, at the first loud sound (``SoundOnset``) or
   the VAD's first speech window: its audio stops at once, not ``vad_start_secs`` later;
   released when no speech is confirmed; the same between a turn's end and its answer's
-  first audio, so a caller who goes on after a pause does not hear the answer start;
+  first audio, so a caller who goes on after a pause does not hear the answer start (their
+  voice then opens their turn, even if the answer's audio began meanwhile: they were first);
 - ``UserStartedSpeakingFrame`` when a turn opens (and an interruption if the bot is talking);
   an interruption too when the bot's audio starts while a turn is open (a greeting that
   came after the caller began, an answer that raced the caller's next turn): the bot never
@@ -319,6 +320,7 @@ class TurnDetector(FrameProcessor):
         self._heard = 0  # input samples so far: where a lull began, for recognition
         self._holding = False
         self._held_at: float | None = None  # when the hold began (first sound or voiced window)
+        self._held_before_answer = False  # the hold began before the answer's first audio
         self._quiet_since: float | None = None  # in a hold: since when the VAD is quiet
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
@@ -403,8 +405,9 @@ class TurnDetector(FrameProcessor):
         now = self._clock.now_ms()
         if (voiced or onset) and (self._bot_speaking or self._answer_due) and not self._holding:
             self._holding, self._held_at, self._quiet_since = True, now, None
+            self._held_before_answer = not self._bot_speaking
             await self.push_frame(
-                HoldBotAudioFrame(hold=True, before_answer=not self._bot_speaking)
+                HoldBotAudioFrame(hold=True, before_answer=self._held_before_answer)
             )
         elif self._holding and state == VADState.QUIET and not voiced and not self._judging_overlap:
             self._quiet_since = self._quiet_since or now
@@ -449,7 +452,8 @@ class TurnDetector(FrameProcessor):
         if self._in_turn:
             await self._speech_resumed()
             return
-        if self._bot_speaking:
+        went_on = self._holding and self._held_before_answer  # the caller was first
+        if self._bot_speaking and not went_on:
             self._end_overlap()
             self._barge_in_from = start
             await self._confirm_barge_in(VADState.SPEAKING)
@@ -519,7 +523,7 @@ class TurnDetector(FrameProcessor):
             first, ended = self._last_turn
             if self._turn_from - ended <= gap * self._rate:
                 self._turn_from = first  # it goes on from the last one: Smart Turn hears both
-        held_answer = self._holding and not self._bot_speaking  # held before it began
+        held_answer = self._holding and self._held_before_answer and not self._bot_speaking
         self._holding = self._answer_due = False  # the interruption below flushes the held audio
         await self.push_frame(TimelineEventFrame(event="speech_start", at_ms=start, exact=False))
         if self._bot_speaking:

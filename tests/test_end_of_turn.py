@@ -32,7 +32,7 @@ from agent.synthesis.piper_tts import PiperVoiceModel
 from agent.tools.transcribe import TranscriptCollector, TranscriptEvent
 from agent.transports.replay import ReplayInput, ReplayTurn
 from benchmarks.clips import CORPUS
-from tests.conftest import needs_corpus
+from tests.conftest import needs_corpus, normalise
 from tests.fakes import HeardOut
 
 
@@ -156,8 +156,10 @@ def test_words_the_llm_hears_going_on_keep_the_turn_open():
     finals, ends = heard("pauses/vctk_p225_023.wav", words=True)
     assert len(finals) == 1 and "result" in finals[0].lower(), finals
     assert ends[-1].words is not None, ends
-    alone, _ = heard("pauses/vctk_p225_023.wav")
+    alone, alone_ends = heard("pauses/vctk_p225_023.wav")
     assert len(alone) >= 2 and "result" not in alone[0].lower(), alone
+    # each end says which words it read: here the first turn's, up to the pause
+    assert normalise(alone_ends[0].text).endswith("of the first"), alone_ends
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from agent.clock import ComputeClock
 from agent.errors import UserError
-from agent.frames import TimelineEventFrame, TranscriptRevisionFrame
+from agent.frames import TimelineEventFrame, TranscriptRevisionFrame, TurnEndReasonFrame
 from agent.live.call import with_barge_in
 from agent.reports.load import load_run
 from agent.timing.budget import Budget, default_budget_file, load_budget
@@ -27,7 +27,7 @@ from tests.fakes import scripted_run
 CONTRACT_KEYS = [
     "turn", "input", "user_text", "bot_text", "spoken_text", "events", "stages", "gaps",
     "stt_lead_ms", "voice_to_voice_ms", "llm", "budget", "interrupted", "turn_end_reason",
-    "turn_end_value", "turn_end_words", "errors",
+    "turn_end_value", "turn_end_words", "turn_end_text", "errors",
 ]  # fmt: skip
 
 
@@ -136,7 +136,8 @@ def test_a_line_that_is_no_record_says_what_it_lacks(tmp_path) -> None:
 
 async def test_words_heard_again_replace_the_earlier_turns_words_in_their_records():
     """A turn that went on from two before it heard their words again: those two records
-    take the words heard now; a revision of words they do not end with changes nothing."""
+    take the words heard now; a revision of words they do not end with changes nothing. What
+    each turn's end read stays as it was read."""
     timer = TurnTimer(ComputeClock())
     source = FrameProcessor()
 
@@ -147,6 +148,7 @@ async def test_words_heard_again_replace_the_earlier_turns_words_in_their_record
     said = ["Please take the shape", "of a long round arch.", "with its path"]
     for i, text in enumerate(said):
         await push(TimelineEventFrame(event="speech_start", at_ms=1000.0 * i))
+        await push(TurnEndReasonFrame(reason="smart_turn", value=0.9, words=0.4, text=text))
         await push(TimelineEventFrame(event="turn_end", at_ms=1000.0 * i + 500))
         await push(TranscriptionFrame(text=text, user_id="caller", timestamp=""))
     await push(TimelineEventFrame(event="speech_start", at_ms=4000.0))  # the open turn
@@ -161,3 +163,4 @@ async def test_words_heard_again_replace_the_earlier_turns_words_in_their_record
     assert [r.user_text for r in records] == [
         "Please take the shape", "of a long round arch,", "with its path high", "",
     ]  # fmt: skip
+    assert [r.turn_end_text for r in records] == [*said, ""]

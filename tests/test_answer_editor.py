@@ -234,6 +234,22 @@ async def test_answers_that_diverge_at_once_are_not_held_back():
     assert editor.feed("Hello").text == "Hello"  # a new stream: diverges at once
 
 
+def test_a_later_sentence_is_judged_whole_so_a_read_back_after_own_words_is_unsaid():
+    """The second sentence opens with the model's own words, then reads the caller back: held
+    to its end (the first sentence is playing meanwhile), it is left out, not said."""
+    heard = "She had your dark suit in greasy wash water all year."
+    editor = AnswerEditor([], heard, 2)
+    first = ["That", " sounds", " like", " a", " mix", "-up", "."]
+    second = [" Did", " she", " have", " her", " dark", " suit", " in", " greasy", " wash",
+              " water", " all", " year", "?"]  # fmt: skip
+    said = "".join(editor.feed(t).text for t in first)
+    during = [editor.feed(t).text for t in second]
+    assert not any(during[:-1])  # nothing of it went out before its end
+    end = editor.finish()
+    assert said + "".join(during) + end.text == "That sounds like a mix-up."
+    assert editor.cut == "repeat" and editor.text == "That sounds like a mix-up."
+
+
 S = [{"role": "system", "content": "S"}]
 
 

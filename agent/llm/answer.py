@@ -14,6 +14,9 @@ on the token stream, before anything reaches synthesis:
   four) is ended there, without decoding the rest of the caller's sentence; an answer to a
   statement is held while its first words are a run of the caller's, so such an opening
   is caught even where it begins no sentence said before;
+- a sentence after the first is held to its end and judged whole: the first one's audio
+  covers the wait, and a read-back that opens with the model's own words ("Did she have
+  her dark suit in greasy wash water all year?") is then left unsaid, not said to its end;
 - the answer ends after ``max_sentences`` sentences, at the end of the last one, without
   waiting for the model to stop;
 - a phrase that starts repeating itself inside the answer ends it;
@@ -274,10 +277,11 @@ class AnswerEditor:
     def _held(self, partial: str) -> bool:
         """The sentence so far could still become one already said: keep it back.
 
-        Exactly (its words begin one), or nearly: from three words on, see ``_close``."""
+        Exactly (its words begin one), or nearly: from three words on, see ``_close``. A
+        sentence after the first is kept back whole (the module's docstring says why)."""
         words = normalise(partial)
-        if not words:
-            return True  # no word yet (an opening bracket or quote): wait for one
+        if not words or self.spoken:
+            return True  # no word yet (an opening bracket or quote), or a later sentence
         whole = _whole_words(partial)
         if self._copies_opening(whole) or self._may_open_with_echo(words):
             return True

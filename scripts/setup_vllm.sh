@@ -3,8 +3,7 @@
 # `voice-agent llm serve --engine vllm` on a machine without a GPU (docs/design.md, "vLLM without
 # a GPU"). It is kept out of .venv: about 3.5 GB, and its torch/transformers pins would fight the
 # agent's. Then the default GGUF is converted once into a safetensors folder vLLM can read.
-# Idempotent: every step that is already done is skipped. Needs .venv (scripts/setup.sh) and
-# the default model (voice-agent models pull).
+# Idempotent: every step that is already done is skipped. Needs .venv (scripts/setup.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,10 +39,12 @@ done
 timeout 300 "$PY" -c 'import vllm.entrypoints.openai.api_server' \
   || { echo "error: vLLM does not import in $VENV (see the traceback above)" >&2; exit 1; }
 
-# The default GGUF, resolved (and sha256-checked) the way the agent resolves it, converted once.
-# LLMSettings() is the default model whatever a config or the environment selects.
-GGUF=$(.venv/bin/python -c 'from agent import model_store; from agent.settings import LLMSettings, Settings
-print(model_store.resolve(LLMSettings().model, "llm", Settings().models_dir))')
+# The default model's GGUF as the index has it (Q4_K_M: the default's Q4_0 requantisation only
+# speeds llama.cpp, and vLLM reads dequantised weights), resolved (and sha256-checked) the way
+# the agent resolves a model, converted once into the default model's folder.
+.venv/bin/voice-agent models pull qwen2.5-coder-0.5b-q4_k_m
+GGUF=$(.venv/bin/python -c 'from agent import model_store; from agent.settings import Settings
+print(model_store.resolve("qwen2.5-coder-0.5b-q4_k_m", "llm", Settings().models_dir))')
 OUT=$(.venv/bin/python -c 'from agent.llm.vllm_server import vllm_model_dir; from agent.settings import LLMSettings, Settings
 print(vllm_model_dir(LLMSettings().model, Settings().models_dir))')
 if [ -f "$OUT/converted-from" ] && [ "$(cat "$OUT/converted-from")" = "$(basename "$GGUF")" ]; then

@@ -230,6 +230,7 @@ class AnswerEditor:
         self._max = max_sentences
         self._pending = ""  # the sentence in progress
         self._released = 0  # how much of it went out
+        self._spaced = False  # what went out last ends in a space
         self.spoken: list[str] = []  # the sentences released whole
         self.skipped = 0  # sentences left unsaid
         self.cut: str | None = None  # why the answer was ended early, if it was
@@ -292,14 +293,18 @@ class AnswerEditor:
                 return True
         return False
 
+    def _words_out(self) -> bool:
+        """Words of the sentence in progress went out (not only the space before it)."""
+        return bool(normalise(self._pending[: self._released]))
+
     def _end_sentence(self, end: int) -> Edit:
+        said = self._words_out()
         sentence, self._pending = self._pending[:end], self._pending[end:]
         released, self._released = self._released, 0
         copied = self._copies_opening(normalise(sentence).split())
         repeat = self._blocks(sentence) or copied
         loop = has_loop("".join(self.spoken) + sentence)
-        released = released if normalise(sentence[:released]) else 0  # marks alone: unsaid
-        if released and (repeat or loop):
+        if said and (repeat or loop):
             # Part of it is out already: a repeat is said to its end (half a sentence is
             # worse), a loop stops where it is. Nothing more of this answer.
             self.cut = "repeat" if repeat else "loop"
@@ -320,6 +325,22 @@ class AnswerEditor:
         return Edit(out)
 
     def feed(self, token: str) -> Edit:
+        return self._went_out(self._feed(token))
+
+    def finish(self) -> Edit:
+        """The stream ended: its last sentence needs no mark after it to be judged. Nothing
+        said and something left unsaid: ask again."""
+        return self._went_out(self._finish())
+
+    def _went_out(self, edit: Edit) -> Edit:
+        """``edit``, without a second space where a sentence left unsaid had its own."""
+        if self._spaced:
+            edit.text = edit.text.lstrip()
+        if edit.text:
+            self._spaced = edit.text[-1].isspace()
+        return edit
+
+    def _feed(self, token: str) -> Edit:
         self._pending += token
         out = ""
         while (end := sentence_end(self._pending)) is not None:
@@ -333,7 +354,7 @@ class AnswerEditor:
             self._pending, self._released = "", 0
             return Edit(out, Verdict.STOP if self.text.strip() else Verdict.REGENERATE)
         whole = _whole_words(self._pending)
-        if not self._released and (
+        if not self._words_out() and (
             reads_back(" ".join(whole), self._heard)
             or (
                 not self._asked
@@ -346,16 +367,18 @@ class AnswerEditor:
             # stops now rather than after the rest of the caller's sentence.
             self.cut = "repeat"
             self.skipped += 1
-            self._pending = ""
+            self._pending, self._released = "", 0
             return Edit(out, Verdict.STOP if self.text.strip() else Verdict.REGENERATE)
         if not self._held(self._pending):
             out += self._pending[self._released :]
             self._released = len(self._pending)
+        elif not self._released and self.text.strip() and not self._spaced:
+            # The space before a held sentence: the chunker sees the one said before it end.
+            self._released = len(self._pending) - len(self._pending.lstrip())
+            out += self._pending[: self._released]
         return Edit(out)
 
-    def finish(self) -> Edit:
-        """The stream ended: its last sentence needs no mark after it to be judged. Nothing
-        said and something left unsaid: ask again."""
+    def _finish(self) -> Edit:
         if not normalise(self._pending):
             out, self._pending = self._pending[self._released :], ""
             edit = Edit(out if self.spoken else "", Verdict.STOP)

@@ -212,12 +212,16 @@ def _stamp(path: Path) -> Path:
     return path.with_name(path.name + ".verified")
 
 
+def _stamp_key(path: Path, sha256: str) -> dict[str, object]:
+    stat = path.stat()
+    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": sha256}
+
+
 def verify_file(path: Path, expected: str) -> bool:
     """True when the file's sha256 matches; a stamp (size, mtime) skips re-hashing it."""
     if not path.is_file():
         return False
-    stat = path.stat()
-    key = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": expected}
+    key = _stamp_key(path, expected)
     stamp = _stamp(path)
     try:
         if json.loads(stamp.read_text()) == key:
@@ -316,7 +320,8 @@ def _extract(
     if file.requantize:
         partial = _requantized(partial, file, file.requantize)
     partial.replace(dest)
-    verify_file(dest, file.sha256)
+    # its bytes were hashed on the way in: stamped now, they are not read again
+    _stamp(dest).write_text(json.dumps(_stamp_key(dest, file.sha256)))
 
 
 @contextmanager

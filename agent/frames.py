@@ -18,10 +18,10 @@ class ClipStartedFrame(SystemFrame):
 @dataclass
 class TurnEndReasonFrame(SystemFrame):
     """Why the turn detector ended a turn: the signal (smart_turn, smart_turn_and_text,
-    one_word, max_silence) and its value (a probability, or the silence in seconds); ``words``: the
-    LLM's probability that the caller's message ended there (None: not asked); ``text``: the
-    words the decision read (recognition's pause transcript, "" when none had come), which
-    may differ from the turn's final text."""
+    one_word, words, max_silence) and its value (a probability, or the silence in seconds);
+    ``words``: the LLM's probability that the caller's message ended there (None: not
+    asked); ``text``: the words the decision read (recognition's pause transcript, "" when
+    none had come), which may differ from the turn's final text."""
 
     reason: str = ""
     value: float = 0.0

@@ -200,6 +200,20 @@ class TurnSettings(BaseModel):
         '("Stop.", "Go."; not an opener, not a number) ends the turn whatever Smart Turn says, '
         "which hears too little in one word; None: Smart Turn decides",
     )
+    words_finished_above: float | None = Field(
+        0.3,
+        ge=0,
+        le=1,
+        description="the LLM's probability that the caller's message ends after words that "
+        "end a sentence, from which they end the turn after words_finished_secs whatever "
+        "Smart Turn says; None: Smart Turn decides (benchmarks/eot_sweep.py)",
+    )
+    words_finished_secs: float | None = Field(
+        0.75,
+        gt=0,
+        description="silence after which words the LLM takes as finished "
+        "(words_finished_above) end the turn; None: Smart Turn decides",
+    )
     phone_smart_turn_lean: float | None = Field(
         None,
         ge=0,

@@ -268,6 +268,14 @@ def policies(settings: Settings, line: str) -> dict[str, list[tuple[str, Policy]
             (f"{x} s" if x else "never", adaptive(replace(shipped, one_word_secs=x)))
             for x in (None, 0.25, 0.35, 0.45, 0.6, 0.75)
         ],
+        "default, finished words end after": [
+            (f"{x} s" if x else "never", adaptive(replace(shipped, finished_secs=x)))
+            for x in (None, 0.45, 0.6, 0.75, 0.9)
+        ],
+        "default, words finished from": [
+            (f"P(end) >= {x}", adaptive(replace(shipped, finished_above=x)))
+            for x in (0.1, 0.2, 0.3, 0.5, 0.7)
+        ],
     }
 
 

@@ -83,6 +83,19 @@ def test_a_word_alone_ends_the_turn_after_a_short_silence_unless_it_promises_mor
         assert policy.verdict(0.05, short, going_on, words_end=None) is None, going_on
 
 
+def test_a_sentence_the_llm_takes_as_finished_ends_the_turn_whatever_smart_turn_says():
+    policy = EndOfTurnPolicy.from_settings(Settings().turn)
+    after, above = policy.finished_secs, policy.finished_above
+    assert after is not None and above is not None and policy.patience < after
+    done = "That was a bonus, but it was not the main objective."
+    assert policy.verdict(0.07, after, done, words_end=above) == "words"
+    assert policy.verdict(0.07, after - 0.01, done, words_end=0.99) is None
+    assert policy.verdict(0.07, after, done, words_end=above - 0.01) is None
+    assert policy.verdict(0.07, after, done, words_end=None) is None  # an engine over HTTP
+    assert policy.verdict(0.07, after, "That was a bonus, but", words_end=0.99) is None
+    assert policy.verdict(0.07, after, "Thank you.", words_end=0.99) is None  # an opener
+
+
 class ReasonCollector(FrameProcessor):
     """Records why each turn ended."""
 
@@ -98,13 +111,20 @@ class ReasonCollector(FrameProcessor):
 
 
 def heard(
-    clip: str | list[str], pace: str = "compute", *, words: bool = False, answered: bool = False
+    clip: str | list[str],
+    pace: str = "compute",
+    *,
+    words: bool = False,
+    answered: bool = False,
+    turn: dict | None = None,
 ) -> tuple[list[str], list[TurnEndReasonFrame]]:
     """Corpus clips (one call) through the turn detector and recognition (compute pace
     unless asked), and with ``words`` the conversation's LLM stage (the default model, in
     process), which judges the words at each pause; with ``answered`` a fake bot answers
-    each turn and is heard out: the finals and why each turn ended."""
+    each turn and is heard out; ``turn``: turn settings changed: the finals and why each
+    turn ended."""
     settings = Settings()
+    settings.turn = settings.turn.model_copy(update=turn or {})
     path = model_store.resolve(settings.asr.model, "asr", settings.models_dir)
     decoder = WhisperDecoder(path, compute_type="int8", threads=2, language="en")
     clock = clock_for(pace)
@@ -175,6 +195,24 @@ def test_a_finished_sentence_ends_the_turn_without_the_silence_fallback(clip):
     for words in (False, True):
         finals, ends = heard(clip, words=words)
         assert finals and ends[-1].reason != "max_silence", (words, finals, ends)
+
+
+@pytest.mark.slow
+@needs_corpus
+def test_a_finished_sentence_smart_turn_doubts_ends_on_its_words_not_the_fallback():
+    """ "That was a bonus, but it was not the main objective.": Smart Turn's verdict swings
+    as the silence grows (0.62 at 0.6 s, 0.07 at 0.75 s), and live it once missed the bar
+    at every judgement, so the turn waited for the 1.5 s fallback. Here a bar no verdict
+    clears stands in for that; the LLM takes the words as a whole message (about 0.6), so
+    they end the turn after ``turn.words_finished_secs``."""
+    doubting = {"smart_turn_sure": 1.0, "smart_turn_lean": 1.0, "text_credit": 0.0}
+    finals, ends = heard("main/vctk_p314_272.wav", words=True, turn=doubting)
+    assert len(finals) == 1 and "objective" in finals[0].lower(), finals
+    above = Settings().turn.words_finished_above
+    assert above is not None and ends[-1].reason == "words", ends
+    assert ends[-1].value >= above and ends[-1].value == pytest.approx(ends[-1].words, abs=1e-3)
+    _, alone = heard("main/vctk_p314_272.wav", turn=doubting)  # no LLM: no verdict on words
+    assert alone[-1].reason == "max_silence", alone
 
 
 @pytest.mark.slow

@@ -54,7 +54,7 @@ def test_eval_grades_what_was_heard_and_when_the_bot_spoke(eval_run):
     for clip in report["clips"]:
         assert clip["speech_start_ms"] < clip["speech_end_ms"]
         assert clip["voice_to_voice_ms"] > 0 and clip["answers"][0]
-        assert clip["ended_by"][0] in ("smart_turn", "smart_turn_and_text", "max_silence")
+        assert clip["ended_by"][0] in ("smart_turn", "smart_turn_and_text", "words", "max_silence")
     assert (out / "call.wav").is_file() and (out / "turns.jsonl").is_file()
     html = (out / "report.html").read_text()
     assert "Eval per clip" in html and "vctk_p238_165.wav" in html

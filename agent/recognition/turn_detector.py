@@ -19,10 +19,11 @@ Frames out (audio passes straight through first, so recognition never waits on u
 - ``UserStoppedSpeakingFrame`` (``turn_end``) once Smart Turn's verdict clears the bar of
   ``EndOfTurnPolicy`` for the silence so far (judged at the pause and the stop window, then
   again at each of ``REJUDGE_SECS``; the bar falls as the silence grows, and lower when
-  recognition's pause transcript ends a sentence), or the silence reaches
-  ``max_silence_secs``. Both are checked as each audio frame arrives (which lets benchmarks
-  run the detector faster than real time), the fallback on the wall clock too (a client may
-  stop sending audio while it waits for the answer).
+  recognition's pause transcript ends a sentence), or the words end it without Smart Turn
+  (a word alone, or a sentence the LLM takes as a whole message, after a longer silence),
+  or the silence reaches ``max_silence_secs``. Both are checked as each audio frame
+  arrives (which lets benchmarks run the detector faster than real time), the fallback on
+  the wall clock too (a client may stop sending audio while it waits for the answer).
 
 A turn whose speech starts within ``continuation_secs`` of the previous turn's end, with no
 answer heard to its end in between, goes on from it: Smart Turn hears both, as it would have
@@ -124,7 +125,11 @@ class EndOfTurnPolicy:
     going on (its probability of an end there under ``unfinished_below``). A caller who
     pauses mid-thought is rarely silent long, so a short silence needs a confident verdict
     and a long one a likely one. A single word is exempt from the LLM's judgement: asked
-    without the question it answers ("Three."), the model sees it as unfinished.
+    without the question it answers ("Three."), the model sees it as unfinished. Words that
+    end a sentence and that the LLM takes as a whole message (at least ``finished_above``)
+    end the turn after ``finished_secs`` whatever Smart Turn says: its verdict on the same
+    audio swings as the silence grows (0.62 at 0.6 s, 0.07 at 0.75 s), and a finished
+    sentence should not wait for the silence fallback.
     """
 
     stop_secs: float
@@ -134,6 +139,8 @@ class EndOfTurnPolicy:
     text_credit: float
     unfinished_below: float | None = None
     one_word_secs: float | None = None
+    finished_above: float | None = None
+    finished_secs: float | None = None
 
     @classmethod
     def from_settings(cls, turn: TurnSettings) -> EndOfTurnPolicy:
@@ -141,7 +148,9 @@ class EndOfTurnPolicy:
                    lean=turn.smart_turn_lean, patience=turn.patience_secs,
                    text_credit=turn.text_credit,
                    unfinished_below=turn.words_unfinished_below,
-                   one_word_secs=turn.one_word_secs)  # fmt: skip
+                   one_word_secs=turn.one_word_secs,
+                   finished_above=turn.words_finished_above,
+                   finished_secs=turn.words_finished_secs)  # fmt: skip
 
     def unfinished(self, text: str, words_end: float | None) -> bool:
         """Whether the words so far say the caller goes on; ``words_end``: the LLM's
@@ -172,20 +181,35 @@ class EndOfTurnPolicy:
     ) -> str | None:
         """Which signal ends the turn after this silence, given Smart Turn's probability and
         the words so far (``text``, "" when not known yet): "smart_turn",
-        "smart_turn_and_text" (only with the sentence's credit), "one_word" (a word alone
-        after ``one_word_secs``), or None."""
+        "smart_turn_and_text" (only with the sentence's credit), or what ends it without
+        Smart Turn (``words_end_it``), or None."""
         unfinished = self.unfinished(text, words_end)
         if self.ends(probability, silence_secs, sentence=False, unfinished=unfinished):
             return "smart_turn"
         sentence = not unfinished and ends_sentence(text)
         if sentence and self.ends(probability, silence_secs, sentence=True):
             return "smart_turn_and_text"
-        return "one_word" if self.word_alone_ends(silence_secs, text) else None
+        return self.words_end_it(silence_secs, text, words_end)
 
-    def word_alone_ends(self, silence_secs: float, text: str) -> bool:
-        """A word alone closed as a sentence, after ``one_word_secs``: no verdict needed."""
+    def words_end_it(self, silence_secs: float, text: str, words_end: float | None) -> str | None:
+        """What ends the turn after this silence on the words alone, no verdict needed:
+        "one_word" (a word alone closed as a sentence, after ``one_word_secs``), "words" (a
+        sentence the LLM takes as a whole message, after ``finished_secs``), or None."""
         limit = self.one_word_secs
-        return limit is not None and silence_secs >= limit and one_word_sentence(text)
+        if limit is not None and silence_secs >= limit and one_word_sentence(text):
+            return "one_word"
+        above, after = self.finished_above, self.finished_secs
+        if (
+            above is not None
+            and after is not None
+            and silence_secs >= after
+            and words_end is not None
+            and words_end >= above
+            and ends_sentence(text)
+            and not self.unfinished(text, words_end)
+        ):
+            return "words"
+        return None
 
 
 @dataclass
@@ -627,24 +651,28 @@ class TurnDetector(FrameProcessor):
         return self._pause_text if self._pause_text_ready.is_set() else ""
 
     async def _rejudge(self, silence_secs: float) -> None:
-        if self._policy.word_alone_ends(silence_secs, self._words_so_far):  # no verdict needed
-            if self._in_turn:
-                await self._end_turn("one_word", silence_secs)
-            return
-        with self._clock.busy():
-            probability = await self._judge_now()
-        verdict = self._verdict_ends(probability, silence_secs)
+        verdict = self._verdict_ends(None, silence_secs)  # the words alone: no verdict needed
+        if verdict is None:
+            with self._clock.busy():
+                probability = await self._judge_now()
+            verdict = self._verdict_ends(probability, silence_secs)
         if verdict is not None and self._in_turn:
             await self._end_turn(*verdict)
 
-    def _verdict_ends(self, probability: float, silence_secs: float) -> tuple[str, float] | None:
-        """Smart Turn's verdict against the policy's bar after this silence: the reason and
-        value that end the turn, or None."""
+    def _verdict_ends(
+        self, probability: float | None, silence_secs: float
+    ) -> tuple[str, float] | None:
+        """Smart Turn's verdict (``probability``; None: the words alone) against the policy
+        after this silence: the reason and value that end the turn, or None."""
         text, words_end = self._words_so_far, self._words_end
-        reason = self._policy.verdict(probability, silence_secs, text, words_end)
+        if probability is None:
+            reason = self._policy.words_end_it(silence_secs, text, words_end)
+        else:
+            reason = self._policy.verdict(probability, silence_secs, text, words_end)
         if reason is None:
             return None
-        return reason, silence_secs if reason == "one_word" else round(probability, 3)
+        value = {"one_word": silence_secs, "words": words_end}.get(reason, probability)
+        return reason, round(value or 0.0, 3)
 
     async def _heard_words(self) -> bool:
         """Whether recognition's transcript at this pause holds a word. Only a short sound can

@@ -288,12 +288,14 @@ def plot(rows: list[dict], path: Path, title: str, default: tuple[str, str]) -> 
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    colours = plt.get_cmap("tab20").colors  # more families than the default cycle's 10
     for ax, pct in zip(axes, ("p50", "p95"), strict=True):
-        for family in dict.fromkeys(r["policy"] for r in rows):
+        for i, family in enumerate(dict.fromkeys(r["policy"] for r in rows)):
             mine = [r for r in rows if r["policy"] == family]
             xs = [r[f"endpointing_{pct}_ms"] for r in mine]
             ys = [100 * r["pauses_cut"] / max(1, r["pauses"]) for r in mine]
-            ax.plot(xs, ys, marker="o", label=family)
+            ax.plot(xs, ys, marker="os^"[i % 3], color=colours[2 * i % 20 + i // 10],
+                    label=family)  # fmt: skip
         for r in rows:
             if (r["policy"], r["setting"]) == default:
                 x, y = r[f"endpointing_{pct}_ms"], 100 * r["pauses_cut"] / max(1, r["pauses"])

@@ -127,9 +127,9 @@ class EndOfTurnPolicy:
     and a long one a likely one. A single word is exempt from the LLM's judgement: asked
     without the question it answers ("Three."), the model sees it as unfinished. Words that
     end a sentence and that the LLM takes as a whole message (at least ``finished_above``)
-    end the turn after ``finished_secs`` whatever Smart Turn says: its verdict on the same
-    audio swings as the silence grows (0.62 at 0.6 s, 0.07 at 0.75 s), and a finished
-    sentence should not wait for the silence fallback.
+    end the turn after ``finished_secs`` whatever Smart Turn says: its verdict on one
+    silence can swing from yes to no as the silence grows, and a finished sentence should
+    not wait for the silence fallback.
     """
 
     stop_secs: float

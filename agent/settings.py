@@ -201,7 +201,7 @@ class TurnSettings(BaseModel):
         "which hears too little in one word; None: Smart Turn decides",
     )
     words_finished_above: float | None = Field(
-        0.3,
+        0.1,
         ge=0,
         le=1,
         description="the LLM's probability that the caller's message ends after words that "
@@ -209,7 +209,7 @@ class TurnSettings(BaseModel):
         "Smart Turn says; None: Smart Turn decides (benchmarks/eot_sweep.py)",
     )
     words_finished_secs: float | None = Field(
-        0.75,
+        0.9,
         gt=0,
         description="silence after which words the LLM takes as finished "
         "(words_finished_above) end the turn; None: Smart Turn decides",

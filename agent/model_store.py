@@ -217,6 +217,11 @@ def _stamp_key(path: Path, sha256: str) -> dict[str, object]:
     return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": sha256}
 
 
+def _mark_verified(path: Path, sha256: str) -> None:
+    """The stamp ``verify_file`` trusts: a file whose bytes were hashed to ``sha256``."""
+    _stamp(path).write_text(json.dumps(_stamp_key(path, sha256)))
+
+
 def verify_file(path: Path, expected: str) -> bool:
     """True when the file's sha256 matches; a stamp (size, mtime) skips re-hashing it."""
     if not path.is_file():
@@ -230,7 +235,7 @@ def verify_file(path: Path, expected: str) -> bool:
         pass
     if sha256_of(path) != expected:
         return False
-    stamp.write_text(json.dumps(key))
+    _mark_verified(path, expected)
     return True
 
 
@@ -320,8 +325,7 @@ def _extract(
     if file.requantize:
         partial = _requantized(partial, file, file.requantize)
     partial.replace(dest)
-    # its bytes were hashed on the way in: stamped now, they are not read again
-    _stamp(dest).write_text(json.dumps(_stamp_key(dest, file.sha256)))
+    _mark_verified(dest, file.sha256)  # hashed on the way in: not read again
 
 
 @contextmanager

@@ -20,12 +20,14 @@ class TurnEndReasonFrame(SystemFrame):
     """Why the turn detector ended a turn: the signal (smart_turn, smart_turn_and_text,
     one_word, words, max_silence) and its value (a probability, or the silence in seconds);
     ``words``: the LLM's probability that the caller's message ended there (None: not
-    asked); ``text``: the words the decision read (recognition's pause transcript, "" when
-    none had come), which may differ from the turn's final text."""
+    asked); ``goes_on``: recognition's probability of a comma where it closed those words
+    (``PauseTranscriptFrame.goes_on``); ``text``: the words the decision read (recognition's
+    pause transcript, "" when none had come), which may differ from the turn's final text."""
 
     reason: str = ""
     value: float = 0.0
     words: float | None = None
+    goes_on: float | None = None
     text: str = ""
 
 
@@ -93,10 +95,13 @@ class SpeechPausedFrame(SystemFrame):
 class PauseTranscriptFrame(SystemFrame):
     """Upstream, from recognition: the transcript of the turn so far, taken at a pause.
 
-    The turn detector uses it as a second end-of-turn signal (a finished sentence).
+    The turn detector uses it as a second end-of-turn signal (a finished sentence);
+    ``goes_on``: Whisper's probability of a comma where it closed the text with a full stop
+    (``whisper_decoder.Pass.goes_on``; None when it did not close it), words heard going on.
     """
 
     text: str = ""
+    goes_on: float | None = None
 
 
 @dataclass

@@ -193,6 +193,15 @@ class TurnSettings(BaseModel):
         "under which words of two or more end no turn before patience_secs; None: not asked "
         "(benchmarks/eot_sweep.py)",
     )
+    punctuation_goes_on_above: float | None = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description="recognition's probability of a comma (dash, ellipsis) where it closed the "
+        "caller's words with a full stop, from which words of two or more end no turn before "
+        "patience_secs, like words the LLM hears going on; None: not asked "
+        "(benchmarks/eot_sweep.py)",
+    )
     one_word_secs: float | None = Field(
         0.45,
         gt=0,

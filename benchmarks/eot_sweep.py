@@ -73,6 +73,7 @@ class Stop:
     p_at_stop: float  # Smart Turn at the stop
     p: dict[float, float] = field(default_factory=dict)  # offset -> Smart Turn
     words: float | None = None  # the LLM: P(the message ends after ``text``)
+    goes_on: float | None = None  # recognition: P(a comma where it closed ``text``)
 
 
 async def trace_clip(
@@ -113,12 +114,12 @@ async def trace_clip(
             return round(float(result["probability"]), 4)
 
         silence = (end - at) / RATE
-        audio = samples[start:at].astype(np.float32) / 32768.0
+        heard = decoder.transcribe(samples[start:at].astype(np.float32) / 32768.0, goes_on=True)
         traced.append(
             Stop(
                 clip=clip["file"], at_s=round(at / RATE, 3), silence_s=round(silence, 3),
                 mid=n < len(stops) - 1, speech_end_s=speech_end,
-                text=decoder.transcribe(audio).text.strip(), p_at_stop=smart_turn(0.0),
+                text=heard.text.strip(), goes_on=heard.goes_on, p_at_stop=smart_turn(0.0),
                 p={o: smart_turn(o) for o in OFFSETS if o < silence},
             )
         )  # fmt: skip
@@ -195,7 +196,7 @@ def adaptive(policy: EndOfTurnPolicy) -> Policy:
     def decide(stop: Stop) -> float | None:
         for offset in (o for o in OFFSETS if o in stop.p):
             p = max(stop.p[offset], stop.p_at_stop) if offset == OFFSETS[0] else stop.p[offset]
-            if policy.verdict(p, offset, stop.text, stop.words) is not None:
+            if policy.verdict(p, offset, stop.text, stop.words, stop.goes_on) is not None:
                 return offset
         return None
 
@@ -263,6 +264,10 @@ def policies(settings: Settings, line: str) -> dict[str, list[tuple[str, Policy]
         "default bar, LLM words under": [
             (f"P(end) < {x}", adaptive(replace(shipped, unfinished_below=x)))
             for x in (0.02, 0.05, 0.1, 0.2, 0.3)
+        ],
+        "default, recognition's comma from": [
+            (f"P(,) >= {x}" if x else "never", adaptive(replace(shipped, goes_on_above=x)))
+            for x in (None, 0.05, 0.1, 0.15, 0.2, 0.3)
         ],
         "default, a word alone ends after": [
             (f"{x} s" if x else "never", adaptive(replace(shipped, one_word_secs=x)))

@@ -73,6 +73,30 @@ def test_the_llms_verdict_makes_two_words_or_more_unfinished():
     assert not off.unfinished("The difference in the rainbow", words_end=0.0)
 
 
+def test_a_comma_recognition_hears_makes_two_words_or_more_unfinished():
+    """Recognition's probability of a comma where it closed the words with a full stop
+    (``Pass.goes_on``): from ``punctuation_goes_on_above`` two words or more go on, whatever
+    the LLM says; a single word is exempt ("Now." scores 0.3), and no reading decides
+    nothing."""
+    policy = EndOfTurnPolicy.from_settings(Settings().turn)
+    above = policy.goes_on_above
+    assert above is not None
+    arch = "These take the shape of a long round arch."
+    assert policy.unfinished(arch, words_end=0.68, goes_on=above)
+    assert not policy.unfinished(arch, words_end=0.68, goes_on=above * 0.9)
+    assert not policy.unfinished(arch, words_end=0.68, goes_on=None)
+    assert not policy.unfinished("Now.", words_end=0.5, goes_on=0.33)
+    sure, stop = policy.sure, policy.stop_secs
+    assert policy.verdict(sure, stop, arch, words_end=0.68, goes_on=0.01) == "smart_turn"
+    assert policy.verdict(0.99, stop, arch, words_end=0.68, goes_on=above) is None
+    after = policy.finished_secs
+    assert after is not None
+    assert policy.verdict(0.0, after, arch, words_end=0.68, goes_on=above) is None  # no "words"
+    off = EndOfTurnPolicy.from_settings(Settings().turn.model_copy(
+        update={"punctuation_goes_on_above": None}))  # fmt: skip
+    assert not off.unfinished(arch, words_end=0.68, goes_on=0.9)
+
+
 def test_a_word_alone_ends_the_turn_after_a_short_silence_unless_it_promises_more():
     policy = EndOfTurnPolicy.from_settings(Settings().turn)
     short = policy.one_word_secs
@@ -180,6 +204,25 @@ def test_words_the_llm_hears_going_on_keep_the_turn_open():
     assert len(alone) >= 2 and "result" not in alone[0].lower(), alone
     # each end says which words it read: here the first turn's, up to the pause
     assert normalise(alone_ends[0].text).endswith("of the first"), alone_ends
+
+
+@pytest.mark.slow
+@needs_corpus
+def test_words_recognition_hears_going_on_keep_the_turn_open():
+    """ "These take the shape of a long round arch, [0.48 s] with its path high above ...":
+    Smart Turn scores the pause 0.8 at the stop (0.9 later), recognition closes the words with
+    a full stop and the LLM takes them as a whole message (0.68), so every other signal ends
+    the turn there; Whisper's probability of a comma at that full stop is about 0.15 (0.01
+    at the clip's end), three times the bar, so the words wait for ``patience_secs`` and the
+    caller goes on first."""
+    clip = "main/vctk_p225_008.wav"
+    finals, ends = heard(clip)
+    assert len(finals) == 1 and "arch" in finals[0].lower(), finals
+    assert "horizon" in finals[0].lower(), finals
+    above = Settings().turn.punctuation_goes_on_above
+    assert above is not None and ends[-1].goes_on is not None and ends[-1].goes_on < above, ends
+    alone, _ = heard(clip, turn={"punctuation_goes_on_above": None})
+    assert len(alone) >= 2 and normalise(alone[0]).endswith("arch"), alone
 
 
 @pytest.mark.slow

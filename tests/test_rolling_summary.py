@@ -64,7 +64,7 @@ def turn_from(record: TurnRecord) -> Turn:
         events=dict(record.events), llm=record.llm,
         errors=list(record.errors), end_reason=record.turn_end_reason,
         end_value=record.turn_end_value, end_words=record.turn_end_words,
-        end_text=record.turn_end_text,
+        end_goes_on=record.turn_end_goes_on, end_text=record.turn_end_text,
     )  # fmt: skip
 
 

@@ -315,6 +315,24 @@ def test_a_failing_decoder_reports_a_stage_error_and_the_next_turn_is_recognised
     assert wer(manifest["new_home_in_the_stars.wav"]["text"], finals[1].text) <= 0.15
 
 
+@pytest.mark.skipif(not (CORPUS / "main").exists(), reason="needs ../shared/corpus")
+def test_a_full_stop_the_caller_goes_on_from_is_read_as_maybe_a_comma(decoder, settings):
+    """Whisper closes "These take the shape of a long round arch" with a full stop both at
+    the caller's 0.48 s pause after it and at the end of the whole sentence; its probability
+    of a comma there instead (``Pass.goes_on``) is about 0.15 at the pause and 0.01 at the
+    end, each far from the turn detector's bar."""
+    audio = load_audio(CORPUS / "main" / "vctk_p225_008.wav", RATE).astype(np.float32) / 32768
+    pause = decoder.transcribe(audio[: int(2.54 * RATE)], goes_on=True)
+    end = decoder.transcribe(audio, goes_on=True)
+    assert normalise(pause.text).endswith("arch") and pause.text.endswith("."), pause.text
+    assert normalise(end.text).endswith("horizon") and end.text.endswith("."), end.text
+    above = settings.turn.punctuation_goes_on_above
+    assert pause.goes_on is not None and pause.goes_on >= 2 * above, pause.goes_on
+    assert end.goes_on is not None and end.goes_on <= above / 2, end.goes_on
+    assert decoder.transcribe(audio).goes_on is None  # not asked for
+    assert decoder.transcribe(audio, goes_on=True, beam_size=2).goes_on is None
+
+
 def test_local_agreement_and_loop_cut():
     assert agreed_prefix("ask not what your", "Ask not what you can") == "Ask not what"
     assert agreed_prefix("", "anything") == ""

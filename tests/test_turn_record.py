@@ -27,7 +27,7 @@ from tests.fakes import scripted_run
 CONTRACT_KEYS = [
     "turn", "input", "user_text", "bot_text", "spoken_text", "events", "stages", "gaps",
     "stt_lead_ms", "voice_to_voice_ms", "llm", "budget", "interrupted", "turn_end_reason",
-    "turn_end_value", "turn_end_words", "turn_end_text", "errors",
+    "turn_end_value", "turn_end_words", "turn_end_goes_on", "turn_end_text", "errors",
 ]  # fmt: skip
 
 

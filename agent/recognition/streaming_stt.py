@@ -340,6 +340,7 @@ class StreamingWhisperSTT(FrameProcessor):
             context=snap.context,
             beam_size=BEAM_SIZE if careful else 1,
             hear_context=speech_ended,
+            goes_on=speech_ended,
         )
         loop = asyncio.get_running_loop()
         return loop.run_in_executor(self._executor, transcribe)
@@ -392,7 +393,8 @@ class StreamingWhisperSTT(FrameProcessor):
         if spec is self._speculation and self._utt is not None:
             text = self._heard(self._utt, result)
             self._heard_only_noise = not text
-            await self.push_frame(PauseTranscriptFrame(text=text), FrameDirection.UPSTREAM)
+            pause = PauseTranscriptFrame(text=text, goes_on=result.goes_on)
+            await self.push_frame(pause, FrameDirection.UPSTREAM)
             if text:
                 await self._revise_context(result)
                 await self.push_frame(SpeculativeTranscriptFrame(text=text))  # the LLM may start

@@ -138,6 +138,7 @@ class EndOfTurnPolicy:
     patience: float
     text_credit: float
     unfinished_below: float | None = None
+    goes_on_above: float | None = None
     one_word_secs: float | None = None
     finished_above: float | None = None
     finished_secs: float | None = None
@@ -148,18 +149,24 @@ class EndOfTurnPolicy:
                    lean=turn.smart_turn_lean, patience=turn.patience_secs,
                    text_credit=turn.text_credit,
                    unfinished_below=turn.words_unfinished_below,
+                   goes_on_above=turn.punctuation_goes_on_above,
                    one_word_secs=turn.one_word_secs,
                    finished_above=turn.words_finished_above,
                    finished_secs=turn.words_finished_secs)  # fmt: skip
 
-    def unfinished(self, text: str, words_end: float | None) -> bool:
+    def unfinished(self, text: str, words_end: float | None, goes_on: float | None = None) -> bool:
         """Whether the words so far say the caller goes on; ``words_end``: the LLM's
-        probability that the message ends after them (None: not known)."""
+        probability that the message ends after them, ``goes_on``: recognition's that a
+        comma (not its full stop) follows them (``Pass.goes_on``; None: not known)."""
         if only_opens(text):
             return True
-        if self.unfinished_below is None or words_end is None:
+        if len(words_of(text)) < 2:
             return False
-        return words_end < self.unfinished_below and len(words_of(text)) >= 2
+        above = self.goes_on_above
+        if above is not None and goes_on is not None and goes_on >= above:
+            return True
+        below = self.unfinished_below
+        return below is not None and words_end is not None and words_end < below
 
     def bar(self, silence_secs: float, sentence: bool, unfinished: bool = False) -> float:
         """The Smart Turn probability that ends the turn after ``silence_secs`` of silence;
@@ -177,21 +184,28 @@ class EndOfTurnPolicy:
         return probability >= self.bar(silence_secs, sentence, unfinished)
 
     def verdict(
-        self, probability: float, silence_secs: float, text: str, words_end: float | None
+        self,
+        probability: float,
+        silence_secs: float,
+        text: str,
+        words_end: float | None,
+        goes_on: float | None = None,
     ) -> str | None:
         """Which signal ends the turn after this silence, given Smart Turn's probability and
         the words so far (``text``, "" when not known yet): "smart_turn",
         "smart_turn_and_text" (only with the sentence's credit), or what ends it without
         Smart Turn (``words_end_it``), or None."""
-        unfinished = self.unfinished(text, words_end)
+        unfinished = self.unfinished(text, words_end, goes_on)
         if self.ends(probability, silence_secs, sentence=False, unfinished=unfinished):
             return "smart_turn"
         sentence = not unfinished and ends_sentence(text)
         if sentence and self.ends(probability, silence_secs, sentence=True):
             return "smart_turn_and_text"
-        return self.words_end_it(silence_secs, text, words_end)
+        return self.words_end_it(silence_secs, text, words_end, goes_on)
 
-    def words_end_it(self, silence_secs: float, text: str, words_end: float | None) -> str | None:
+    def words_end_it(
+        self, silence_secs: float, text: str, words_end: float | None, goes_on: float | None = None
+    ) -> str | None:
         """What ends the turn after this silence on the words alone, no verdict needed:
         "one_word" (a word alone closed as a sentence, after ``one_word_secs``), "words" (a
         sentence the LLM takes as a whole message, after ``finished_secs``), or None."""
@@ -206,7 +220,7 @@ class EndOfTurnPolicy:
             and words_end is not None
             and words_end >= above
             and ends_sentence(text)
-            and not self.unfinished(text, words_end)
+            and not self.unfinished(text, words_end, goes_on)
         ):
             return "words"
         return None
@@ -334,6 +348,7 @@ class TurnDetector(FrameProcessor):
         self._rejudge_at: list[float] = []  # call times of the judgements still to come
         self._words_heard = False
         self._pause_text = ""
+        self._pause_goes_on: float | None = None  # recognition's comma where it closed them
         self._pause_text_ready = asyncio.Event()
         self._wait_for_words = words_judged and settings.words_unfinished_below is not None
         self._words_end: float | None = None  # the LLM's verdict on the pause transcript
@@ -367,7 +382,7 @@ class TurnDetector(FrameProcessor):
                 self._overlap_words = frame.text
         elif isinstance(frame, PauseTranscriptFrame):
             self._forget_pause_text()  # and the verdict on earlier words
-            self._pause_text = frame.text
+            self._pause_text, self._pause_goes_on = frame.text, frame.goes_on
             self._pause_text_ready.set()
         elif isinstance(frame, EndOfMessageFrame):
             text = self._pause_text.strip()
@@ -664,11 +679,11 @@ class TurnDetector(FrameProcessor):
     ) -> tuple[str, float] | None:
         """Smart Turn's verdict (``probability``; None: the words alone) against the policy
         after this silence: the reason and value that end the turn, or None."""
-        text, words_end = self._words_so_far, self._words_end
+        text, words_end, goes_on = self._words_so_far, self._words_end, self._pause_goes_on
         if probability is None:
-            reason = self._policy.words_end_it(silence_secs, text, words_end)
+            reason = self._policy.words_end_it(silence_secs, text, words_end, goes_on)
         else:
-            reason = self._policy.verdict(probability, silence_secs, text, words_end)
+            reason = self._policy.verdict(probability, silence_secs, text, words_end, goes_on)
         if reason is None:
             return None
         value = {"one_word": silence_secs, "words": words_end}.get(reason, probability)
@@ -706,7 +721,7 @@ class TurnDetector(FrameProcessor):
 
     def _forget_pause_text(self) -> None:
         """The pause transcript and the LLM's verdict on it no longer hold."""
-        self._pause_text = ""
+        self._pause_text, self._pause_goes_on = "", None
         self._pause_text_ready.clear()
         self._words_end = None
         self._words_ready.clear()
@@ -725,7 +740,10 @@ class TurnDetector(FrameProcessor):
         self._stop_fallback_timer()
         self._verdict = None
         words = None if self._words_end is None else round(self._words_end, 4)
-        ended = TurnEndReasonFrame(reason=reason, value=value, words=words, text=self._words_so_far)
+        goes_on = None if self._pause_goes_on is None else round(self._pause_goes_on, 4)
+        ended = TurnEndReasonFrame(
+            reason=reason, value=value, words=words, goes_on=goes_on, text=self._words_so_far
+        )
         await self.push_frame(ended)
         self._last_turn = (self._turn_from, self._heard)
         self._in_turn = False

@@ -62,6 +62,8 @@ EXPECT_MARGIN_TOKENS = 6  # past the expected end: room for a restart to show it
 SECS_PER_TIMESTAMP = 0.02
 RESUME_AFTER_SECS = 1.5  # a window that stopped this far before the end is resumed
 MAX_RESUMES = 2
+CLOSING_MARKS = frozenset(".?!")
+GOING_ON_MARKS = frozenset((",", ";", ":", "-", "--", "—", "..", "...", "…"))
 CHECK_UNCLOSED_SECS = 6.0  # shorter windows rarely stop early; aligning costs a decoder pass
 MAX_WORDS_PER_SEC = 4.5  # fast English is 3-4 words a second (3.5 cut a real repeat)
 LOOP_RETRY_PENALTY = 1.1  # measured: 1.1 undid a loop on a long turn; 1.3 garbled words
@@ -108,6 +110,10 @@ class Pass:
     no_speech_prob: float = 0.0  # Whisper's probability that the window holds no speech
     # the context's words heard again, timed in its audio (None: forced as given)
     context_words: list[Word] | None = None
+    # Where Whisper closed the text with a full stop (or "?", "!"): its probability of a mark
+    # that goes on there instead (a comma, a dash, an ellipsis), which the voice's pitch and
+    # pace sway as well as the words. None: not asked, or the text ends without one.
+    goes_on: float | None = None
 
     @property
     def tokens(self) -> int:
@@ -198,6 +204,9 @@ class WhisperDecoder:
         )
         self._ts_begin = self.tokenizer.timestamp_begin
         self._language = language
+        marks = [self.tokenizer.decode([i]).strip() for i in range(self.tokenizer.eot)]
+        self._closing_ids = frozenset(i for i, m in enumerate(marks) if m in CLOSING_MARKS)
+        self._going_on_ids = [i for i, m in enumerate(marks) if m in GOING_ON_MARKS]
 
     @classmethod
     def from_settings(cls, asr: ASRSettings, models_dir: Path) -> WhisperDecoder:
@@ -227,6 +236,7 @@ class WhisperDecoder:
         context: Context | None = None,
         beam_size: int = 1,
         hear_context: bool = False,
+        goes_on: bool = False,
     ) -> Pass:
         """Transcribe float32 16 kHz audio (at most 30 s with its context).
 
@@ -235,28 +245,33 @@ class WhisperDecoder:
         before (its audio is read first, its words forced as the text's start; the result
         holds only the words after them, timed in ``audio``); ``hear_context``: its words are
         not forced but heard again, and given as ``context_words``; ``beam_size``, 1 for
-        greedy. Whisper sometimes stops a long window early; like faster-whisper's own seek
-        loop, decoding then resumes from the last segment's end, on the audio that is left.
+        greedy; ``goes_on``: read ``Pass.goes_on`` (greedy passes only). Whisper sometimes
+        stops a long window early; like faster-whisper's own seek loop, decoding then resumes
+        from the last segment's end, on the audio that is left.
         """
         secs = len(audio) / RATE
         done = None
         if context is not None and context.prefix and len(context.audio):
             if hear_context:
-                done = self._after_context(context, audio, words, expect_tokens, beam_size)
+                done = self._after_context(context, audio, words, expect_tokens, beam_size, goes_on)
             if done is None:
                 window = np.concatenate([context.audio, audio])
-                done = self._window(window, words, expect_tokens, context.prefix, beam_size)
+                done = self._window(
+                    window, words, expect_tokens, context.prefix, beam_size, goes_on
+                )
                 _shift(done, -len(context.audio) / RATE)
             done.audio_secs = secs
         else:
-            done = self._window(audio, words, expect_tokens, beam_size=beam_size)
+            done = self._window(audio, words, expect_tokens, beam_size=beam_size, goes_on=goes_on)
         for _ in range(MAX_RESUMES):
             if done.restarted or not done.segments:
                 break
             if done.segments[-1].end > secs - RESUME_AFTER_SECS:
                 break
             offset = done.segments[-1].end
-            rest = self._window(audio[int(offset * RATE) :], words, beam_size=beam_size)
+            rest = self._window(
+                audio[int(offset * RATE) :], words, beam_size=beam_size, goes_on=goes_on
+            )
             if not rest.segments:
                 break
             for item in rest.segments + rest.words:
@@ -268,6 +283,7 @@ class WhisperDecoder:
                 words=done.words + rest.words,
                 restarted=rest.restarted,
                 no_speech_prob=done.no_speech_prob,
+                goes_on=rest.goes_on,
             )
         return done
 
@@ -278,6 +294,7 @@ class WhisperDecoder:
         words: bool,
         expect_tokens: int | None,
         beam_size: int,
+        goes_on: bool,
     ) -> Pass | None:
         """One pass over the context's audio and ``audio`` with no word forced, split where
         the context's audio ends (by each word's middle); None when the words cannot be
@@ -285,7 +302,7 @@ class WhisperDecoder:
         window = np.concatenate([context.audio, audio])
         given = len(self.tokenizer.encode(" " + context.prefix))
         expect = None if expect_tokens is None else expect_tokens + given
-        whole = self._window(window, True, expect, beam_size=beam_size)
+        whole = self._window(window, True, expect, beam_size=beam_size, goes_on=goes_on)
         said = whole.text.split()
         if not said or len(whole.words) != len(said):
             return None
@@ -304,6 +321,7 @@ class WhisperDecoder:
             restarted=whole.restarted,
             no_speech_prob=whole.no_speech_prob,
             context_words=timed[:heard],
+            goes_on=whole.goes_on,
         )
         _shift(done, -boundary)
         return done
@@ -315,6 +333,7 @@ class WhisperDecoder:
         expect_tokens: int | None = None,
         prefix: str = "",
         beam_size: int = 1,
+        goes_on: bool = False,
     ) -> Pass:
         """One decode of one unpadded window (``prefix``: its text's forced start, left out
         of the result)."""
@@ -332,13 +351,18 @@ class WhisperDecoder:
         limit = full
         if expect_tokens is not None:
             limit = min(full, 2 * (expect_tokens + len(forced) + EXPECT_MARGIN_TOKENS))
-        done, looped, cut_short = self._decode(encoded, secs, window, 1.0, limit, forced, beam_size)
+        goes_on = goes_on and beam_size == 1  # a beam's scores are not one distribution a step
+        done, looped, cut_short = self._decode(
+            encoded, secs, window, 1.0, limit, forced, beam_size, goes_on
+        )
         if cut_short and limit < full:  # the expected length was too short for the text
             limit = full
-            done, looped, _ = self._decode(encoded, secs, window, 1.0, limit, forced, beam_size)
+            done, looped, _ = self._decode(
+                encoded, secs, window, 1.0, limit, forced, beam_size, goes_on
+            )
         if looped:  # greedy tiny models loop ("War, War, War"): retry, discouraging repeats
             retry, still, _ = self._decode(
-                encoded, secs, window, LOOP_RETRY_PENALTY, limit, forced, beam_size
+                encoded, secs, window, LOOP_RETRY_PENALTY, limit, forced, beam_size, goes_on
             )
             if not still or len(retry.text) > len(done.text):
                 done = retry
@@ -362,11 +386,13 @@ class WhisperDecoder:
         max_length: int,
         forced: list[int],
         beam_size: int,
+        goes_on: bool = False,
     ) -> tuple[Pass, bool, bool]:
         """A pass, whether it looped, and whether the length limit cut real text short.
 
         ``forced``: tokens the text starts with (a context's words); CTranslate2 returns
-        them, after the first timestamp, with what it generated.
+        them, after the first timestamp, with what it generated. ``goes_on``: read
+        ``Pass.goes_on`` off the step that closed the text.
         """
         prompt = list(self.tokenizer.sot_sequence)
         if forced:
@@ -380,12 +406,27 @@ class WhisperDecoder:
             suppress_tokens=[-1],
             repetition_penalty=penalty,
             return_no_speech_prob=True,
+            return_logits_vocab=goes_on,
         )
         ids = result[0].sequences_ids[0]
         at_limit = self.tokenizer.eot not in ids and len(ids) >= max_length // 2
         done, looped, cut_short = self._parse(ids, secs, window, at_limit, len(forced))
         done.no_speech_prob = float(result[0].no_speech_prob)
+        if goes_on:
+            done.goes_on = self._going_on(done.text, ids, result[0].logits[0])
         return done, looped, cut_short
+
+    def _going_on(self, text: str, ids: list[int], steps: list) -> float | None:
+        """The probability of a mark that goes on at the step that closed ``text`` (the
+        last text token generated, when it is the closing mark the text ends with)."""
+        last = max((k for k, t in enumerate(ids) if t < self.tokenizer.eot), default=None)
+        if last is None or last >= len(steps) or ids[last] not in self._closing_ids:
+            return None
+        if not text.endswith(self.tokenizer.decode([ids[last]]).strip()):
+            return None  # the closing mark was cut with made-up text
+        logits = np.asarray(steps[last], dtype=np.float64).ravel()
+        p = np.exp(logits - logits.max())
+        return float(p[self._going_on_ids].sum() / p.sum())
 
     def _align(
         self, done: Pass, encoded: ctranslate2.StorageView, secs: float, forced: list[int]

@@ -111,6 +111,7 @@ class TurnRecord(BaseModel):
     turn_end_reason: StrictStr | None = None
     turn_end_value: Number = None
     turn_end_words: Number = None  # the LLM's P(the caller's message ended there)
+    turn_end_goes_on: Number = None  # recognition's P(a comma where it closed the words)
     turn_end_text: StrictStr = ""  # the words that decision read (before any revision)
     errors: list[StrictStr] = Field(default_factory=list)
     barge_in_ms: Ms = None

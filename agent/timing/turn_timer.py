@@ -67,6 +67,7 @@ class Turn:
     end_reason: str | None = None
     end_value: float | None = None
     end_words: float | None = None
+    end_goes_on: float | None = None
     end_text: str = ""
 
     def record(self, budget: Budget | None) -> TurnRecord:
@@ -89,6 +90,7 @@ class Turn:
             turn_end_reason=self.end_reason,
             turn_end_value=self.end_value,
             turn_end_words=self.end_words,
+            turn_end_goes_on=self.end_goes_on,
             turn_end_text=self.end_text,
             errors=list(self.errors),
         )
@@ -167,6 +169,7 @@ class TurnTimer(BaseObserver):
             turn = self._user_turn()
             turn.end_reason, turn.end_value = frame.reason, frame.value
             turn.end_words, turn.end_text = frame.words, frame.text
+            turn.end_goes_on = frame.goes_on
         elif isinstance(frame, UserStoppedSpeakingFrame):
             self._set("turn_end", now)
         elif isinstance(frame, TranscriptionFrame):

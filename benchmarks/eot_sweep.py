@@ -6,7 +6,8 @@ speech, where the turn detector asks Smart Turn) Smart Turn's probability is rea
 turn so far (from ``SMART_TURN_LEAD_SECS`` before its speech start, at most 8 s) at the stop
 and at each offset of ``OFFSETS`` while the silence lasts, and the
 turn's words so far come from one pass of the agent's decoder over the turn's audio up to the
-stop (what recognition's pause pass reads), and the default LLM's probability that a
+stop (what recognition's pause pass reads, with its probability of a comma where it closed
+them, ``Pass.goes_on``), and the default LLM's probability that a
 caller's message ends after those words (``InProcessLlama.end_of_message`` after the
 persona's opening, what the LLM stage sends the detector at a pause). A stop followed by
 speech in the same clip is a mid-turn pause (the VAD's resumption ends it); the clip's last
@@ -239,7 +240,7 @@ BARS = ((0.5, 0.3), (0.7, 0.5), (0.9, 0.7), (0.97, 0.8), (0.99, 0.9))
 
 def policies(settings: Settings, line: str) -> dict[str, list[tuple[str, Policy]]]:
     shipped = EndOfTurnPolicy.from_settings(settings.turn)
-    punctuation = replace(shipped, unfinished_below=None, one_word_secs=None)
+    punctuation = replace(shipped, unfinished_below=None, goes_on_above=None, one_word_secs=None)
     lean = BEFORE_LEAN[line]
     return {
         "VAD only": [(f"silence {x} s", vad_only(x)) for x in (0.3, 0.45, 0.6, 0.75, 0.9, 1.2)],

@@ -122,7 +122,9 @@ class EndOfTurnPolicy:
     silence reaches ``patience``; a transcript that ends a sentence lowers it by
     ``text_credit``; unfinished words end nothing before ``patience``: openers alone ("Hi,",
     agent.recognition.openers), or two words or more after which the LLM sees the message
-    going on (its probability of an end there under ``unfinished_below``). A caller who
+    going on (its probability of an end there under ``unfinished_below``) or that
+    recognition closed with a full stop it nearly wrote as a comma (``goes_on_above``: the
+    voice went on, as at "a long round arch, [pause] with its path"). A caller who
     pauses mid-thought is rarely silent long, so a short silence needs a confident verdict
     and a long one a likely one. A single word is exempt from the LLM's judgement: asked
     without the question it answers ("Three."), the model sees it as unfinished. Words that

@@ -26,6 +26,10 @@ import numpy as np
 from loguru import logger
 
 WAV_HEADER_BYTES = 44
+# At compute pace the audio clock stands still while work runs, so a wait for it lasts as long
+# as the work takes on this CPU: its limit only keeps a lost frame or a dead engine from
+# hanging a replay, and must not cut work a slow or busy machine is still doing.
+COMPUTE_PACE_WAIT_SECS = 30.0
 CHANNELS = 2
 FRAME_BYTES = 2 * CHANNELS  # one int16 sample per channel
 
@@ -58,6 +62,10 @@ class CallClock:
         """Work the compute pace waits for (an LLM stream on a socket, a decision)."""
         yield
 
+    def limit(self, live_secs: float) -> float:
+        """How long (wall-clock seconds) to wait for work that ``live_secs`` bounds live."""
+        return live_secs
+
 
 class ComputeClock(CallClock):
     """The audio clock of a compute-paced replay: it advances only when the input asks it to
@@ -83,6 +91,9 @@ class ComputeClock(CallClock):
 
     def now_ms(self) -> float:
         return round(self._ms, 1)
+
+    def limit(self, live_secs: float) -> float:
+        return max(live_secs, COMPUTE_PACE_WAIT_SECS)
 
     def start(self) -> None:
         self._attach()

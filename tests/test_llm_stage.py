@@ -16,7 +16,7 @@ from pipecat.tests.utils import SleepFrame, run_test
 
 from agent import frames as af
 from agent import model_store
-from agent.clock import CallClock
+from agent.clock import CallClock, ComputeClock
 from agent.llm import engines
 from agent.llm.context import UserTurnAggregator
 from agent.llm.engines import InProcessLlama, OpenAIChatEngine
@@ -502,6 +502,28 @@ async def test_an_engine_failing_mid_answer_ends_it_with_the_fallback_and_the_er
     (usage,) = [f for f in down if isinstance(f, af.LLMUsageFrame)]
     assert usage.error == "llm (scripted): RuntimeError: injected engine fault"
     assert isinstance(down[-1], pf.LLMFullResponseEndFrame)
+
+
+@pytest.mark.parametrize("paced", [False, True], ids=["real time", "compute pace"])
+async def test_a_slow_first_token_fails_live_but_a_replay_waits_for_it(settings, paced):
+    """Live, an engine silent for ``timeout_secs`` has failed and the caller hears the
+    fallback line; a compute-paced replay waits for it, however slow or busy the CPU, so
+    what the agent answers does not depend on it (a loaded 2-core machine once took 8 s)."""
+    engine = ScriptedEngine(first_token_secs=0.3)
+    clock = ComputeClock() if paced else CallClock()
+    llm = StreamingLLM(
+        engine, settings.llm.model_copy(update={"keepalive_secs": 0, "timeout_secs": 0.1}), clock
+    )
+    down, _ = await run_test(
+        llm, frames_to_send=[pf.LLMContextFrame(context=context("Hello?")), SleepFrame(sleep=0.5)]
+    )
+    said = "".join(f.text for f in down if isinstance(f, pf.LLMTextFrame))
+    (usage,) = [f for f in down if isinstance(f, af.LLMUsageFrame)]
+    if paced:
+        assert said == "".join(ANSWER) and usage.error is None, (said, usage.error)
+    else:
+        assert said == settings.llm.fallback_lines[0], said
+        assert usage.error == "llm (scripted): TimeoutError", usage.error
 
 
 @pytest.mark.parametrize("pause", [False, True])

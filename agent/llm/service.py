@@ -342,7 +342,8 @@ class StreamingLLM(FrameProcessor):
         (leaving the ``async for`` closes the stream: decoding stops there)."""
         s = self._settings
         usage = Usage()
-        async with asyncio.timeout(s.timeout_secs) as stall:
+        silent_secs = self._clock.limit(s.timeout_secs)  # a replay's answers wait out the CPU
+        async with asyncio.timeout(silent_secs) as stall:
             async for item in self._engine.stream(
                 messages, max_tokens=s.max_tokens, sampling=sampling or self._sampling
             ):
@@ -353,7 +354,7 @@ class StreamingLLM(FrameProcessor):
                     at_ms = self._clock.now_ms()
                     await self._emit(TimelineEventFrame(event="llm_first_token", at_ms=at_ms))
                 arrivals.append(time.monotonic())
-                stall.reschedule(asyncio.get_running_loop().time() + s.timeout_secs)
+                stall.reschedule(asyncio.get_running_loop().time() + silent_secs)
                 edit = editor.feed(item)
                 if edit.text:
                     await self._emit(LLMTextFrame(text=edit.text))

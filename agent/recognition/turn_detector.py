@@ -82,9 +82,6 @@ NARROWBAND_RATE = 8000  # Silero's telephone model
 SMART_TURN_LEAD_SECS = 0.5
 PAUSE_TEXT_WAIT_SECS = 0.3  # how long a likely end of turn waits for the pause transcript
 WORDS_WAIT_SECS = 0.3  # and then for the LLM's verdict on its words
-# At compute pace the audio clock stands still while a decision waits, so those waits last as
-# long as the work takes on this CPU (this limit only keeps a lost frame from hanging a replay).
-COMPUTE_PACE_WAIT_SECS = 30.0
 # Silence (s) after which Smart Turn judges again when it has not yet ended the turn.
 REJUDGE_SECS = (0.25, 0.35, 0.45, 0.6, 0.75, 0.9, 1.2)
 OVERLAP_WORDS_WAIT_SECS = 0.3  # how long a voice over the bot waits for its words
@@ -702,13 +699,10 @@ class TurnDetector(FrameProcessor):
             return True
         return has_words(self._pause_text)
 
-    def _wait_secs(self, live_secs: float) -> float:
-        return COMPUTE_PACE_WAIT_SECS if self._clock.compute_paced else live_secs
-
     async def _pause_text_arrived(self) -> bool:
         try:
             await asyncio.wait_for(
-                self._pause_text_ready.wait(), self._wait_secs(PAUSE_TEXT_WAIT_SECS)
+                self._pause_text_ready.wait(), self._clock.limit(PAUSE_TEXT_WAIT_SECS)
             )
         except TimeoutError:
             return False
@@ -717,7 +711,7 @@ class TurnDetector(FrameProcessor):
     async def _words_arrived(self) -> None:
         """Wait (live, briefly: a busy engine must not hold the turn) for the LLM's verdict."""
         try:
-            await asyncio.wait_for(self._words_ready.wait(), self._wait_secs(WORDS_WAIT_SECS))
+            await asyncio.wait_for(self._words_ready.wait(), self._clock.limit(WORDS_WAIT_SECS))
         except TimeoutError:
             pass
 

@@ -12,7 +12,6 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import (
     AliasChoices,
     BaseModel,
@@ -31,6 +30,7 @@ from pydantic_settings import (
 
 from agent.errors import UserError
 from agent.timing.budget import default_budget_file
+from agent.yaml_file import read_yaml
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -592,11 +592,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
     """Parse a YAML config file, turning every problem into one clear line."""
     if not path.is_file():
         raise UserError(f"config file {path} not found: pass an existing YAML file to --config")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        detail = " ".join(str(exc).split())
-        raise UserError(f"config file {path} is not valid YAML: {detail}") from None
+    data = read_yaml(path, "config file") or {}
     if not isinstance(data, dict):
         raise UserError(f"config file {path} must hold a mapping of settings")
     return data

@@ -31,6 +31,7 @@ def test_packaged_budget_is_the_default_and_loads_both_profiles():
         ("profiles: {cpu: {llm_ttft: {p50: 5}}}", "voice_to_voice must have a budget"),
         ("profiles: [1, 2]", "`profiles:` mapping"),
         ("profiles: {cpu: {voice_to_voice: {p50: 1}}", "not valid YAML"),
+        ("profiles:\n  cpu: {voice_to_voice: {p50: 1}}\n  cpu: {}\n", "the key 'cpu' twice"),
     ],
 )
 def test_bad_budget_files_are_rejected_with_a_clear_line(tmp_path, text, message):

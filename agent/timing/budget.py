@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agent.errors import UserError
 from agent.timing.timeline import STAGE_NAMES
+from agent.yaml_file import read_yaml
 
 Percentile = Literal["p50", "p95"]
 
@@ -125,11 +125,7 @@ class EvalLimits(BaseModel):
 
 def load_eval_limits(path: Path) -> EvalLimits:
     """The ``eval:`` section of a budget file (no section: nothing is checked)."""
-    try:
-        data = yaml.safe_load(path.read_text()) if path.is_file() else {}
-    except yaml.YAMLError as exc:
-        detail = " ".join(str(exc).split())
-        raise UserError(f"budget file {path} is not valid YAML: {detail}") from None
+    data = read_yaml(path, "budget file") if path.is_file() else {}
     section = (data or {}).get("eval") or {}
     try:
         return EvalLimits.model_validate(section)
@@ -159,10 +155,7 @@ def load_budget(path: Path, profile: str | None = None) -> Budget:
     where = f"budget file {path}"
     if not path.is_file():
         raise UserError(f"{where} not found: pass --budget FILE, or leave it unset for the default")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise UserError(f"{where} is not valid YAML: {' '.join(str(exc).split())}") from None
+    data = read_yaml(path, "budget file")
     if not isinstance(data, dict) or not isinstance(data.get("profiles"), dict):
         raise UserError(f"{where} must have a `profiles:` mapping of profile -> stage budgets")
     name = profile or data.get("default") or next(iter(data["profiles"]), None)

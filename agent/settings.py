@@ -202,6 +202,12 @@ class TurnSettings(BaseModel):
         "patience_secs, like words the LLM hears going on; None: not asked "
         "(benchmarks/eot_sweep.py)",
     )
+    unclosed_words_go_on: bool = Field(
+        True,
+        description="words of two or more that recognition did not close as a sentence (they "
+        "end on a comma, a dash or no mark at all) end no turn before patience_secs, like words "
+        "the LLM hears going on (benchmarks/eot_sweep.py)",
+    )
     one_word_secs: float | None = Field(
         0.45,
         gt=0,

@@ -240,7 +240,9 @@ BARS = ((0.5, 0.3), (0.7, 0.5), (0.9, 0.7), (0.97, 0.8), (0.99, 0.9))
 
 def policies(settings: Settings, line: str) -> dict[str, list[tuple[str, Policy]]]:
     shipped = EndOfTurnPolicy.from_settings(settings.turn)
-    punctuation = replace(shipped, unfinished_below=None, goes_on_above=None, one_word_secs=None)
+    punctuation = replace(
+        shipped, unfinished_below=None, goes_on_above=None, unclosed_go_on=False, one_word_secs=None
+    )
     lean = BEFORE_LEAN[line]
     return {
         "VAD only": [(f"silence {x} s", vad_only(x)) for x in (0.3, 0.45, 0.6, 0.75, 0.9, 1.2)],
@@ -269,6 +271,10 @@ def policies(settings: Settings, line: str) -> dict[str, list[tuple[str, Policy]
         "default, recognition's comma from": [
             (f"P(,) >= {x}" if x else "never", adaptive(replace(shipped, goes_on_above=x)))
             for x in (None, 0.05, 0.1, 0.15, 0.2, 0.3)
+        ],
+        "default, unclosed words (a comma, no mark)": [
+            (label, adaptive(replace(shipped, unclosed_go_on=on)))
+            for label, on in (("end like any", False), ("go on", True))
         ],
         "default, a word alone ends after": [
             (f"{x} s" if x else "never", adaptive(replace(shipped, one_word_secs=x)))

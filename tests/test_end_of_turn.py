@@ -64,13 +64,13 @@ def test_the_llms_verdict_makes_two_words_or_more_unfinished():
     policy = EndOfTurnPolicy.from_settings(Settings().turn)
     below = policy.unfinished_below
     assert below is not None
-    assert policy.unfinished("The difference in the rainbow", words_end=below / 2)
-    assert not policy.unfinished("The difference in the rainbow", words_end=below * 2)
+    assert policy.unfinished("The difference in the rainbow.", words_end=below / 2)
+    assert not policy.unfinished("The difference in the rainbow.", words_end=below * 2)
     assert not policy.unfinished("Three.", words_end=0.0)
-    assert not policy.unfinished("The difference in the rainbow", words_end=None)
+    assert not policy.unfinished("The difference in the rainbow.", words_end=None)
     off = EndOfTurnPolicy.from_settings(Settings().turn.model_copy(
         update={"words_unfinished_below": None}))  # fmt: skip
-    assert not off.unfinished("The difference in the rainbow", words_end=0.0)
+    assert not off.unfinished("The difference in the rainbow.", words_end=0.0)
 
 
 def test_a_comma_recognition_hears_makes_two_words_or_more_unfinished():
@@ -95,6 +95,23 @@ def test_a_comma_recognition_hears_makes_two_words_or_more_unfinished():
     off = EndOfTurnPolicy.from_settings(Settings().turn.model_copy(
         update={"punctuation_goes_on_above": None}))  # fmt: skip
     assert not off.unfinished(arch, words_end=0.68, goes_on=0.9)
+
+
+def test_words_recognition_leaves_unclosed_are_unfinished():
+    """Words of two or more that recognition did not close as a sentence (a trailing comma or
+    dash, or no mark at all) go on, whatever the LLM and recognition's comma say; a closing
+    mark inside quotes closes them, and a single word is exempt."""
+    policy = EndOfTurnPolicy.from_settings(Settings().turn)
+    assert policy.unclosed_go_on
+    for text in ("6 spoons of fresh snow peas,", "6 spoons of fresh snow", "so I said -"):
+        assert policy.unfinished(text, words_end=0.9, goes_on=None), text
+        assert policy.verdict(0.99, policy.stop_secs, text, words_end=0.9) is None, text
+    assert policy.verdict(policy.lean, policy.patience, "6 spoons of fresh snow", 0.9) is not None
+    for text in ('He said "stop."', "Is that right?", "Five"):
+        assert not policy.unfinished(text, words_end=0.9, goes_on=None), text
+    off = EndOfTurnPolicy.from_settings(Settings().turn.model_copy(
+        update={"unclosed_words_go_on": False}))  # fmt: skip
+    assert not off.unfinished("6 spoons of fresh snow peas,", words_end=0.9, goes_on=None)
 
 
 def test_a_word_alone_ends_the_turn_after_a_short_silence_unless_it_promises_more():
@@ -223,6 +240,24 @@ def test_words_recognition_hears_going_on_keep_the_turn_open():
     assert above is not None and ends[-1].goes_on is not None and ends[-1].goes_on < above, ends
     alone, _ = heard(clip, turn={"punctuation_goes_on_above": None})
     assert len(alone) >= 2 and normalise(alone[0]).endswith("arch"), alone
+
+
+@pytest.mark.slow
+@needs_corpus
+@pytest.mark.parametrize(
+    ("clip", "first"),
+    [("main/vctk_p229_003.wav", "peas,"), ("pauses/vctk_p287_003.wav", "snow")],
+    ids=["comma", "no-mark"],
+)
+def test_words_recognition_leaves_unclosed_keep_the_turn_open(clip, first):
+    """ "Six spoons of fresh snow peas, [0.34-0.4 s] five thick slabs of blue cheese ...":
+    Smart Turn scores the pause 0.94-0.98, and recognition's words there end on a comma or
+    on no mark at all; with them unclosed the turn waits for ``patience_secs`` and the caller
+    goes on first."""
+    finals, _ = heard(clip)
+    assert len(finals) == 1 and "cheese" in finals[0].lower(), finals
+    alone, ends = heard(clip, turn={"unclosed_words_go_on": False})
+    assert len(alone) >= 2 and ends[0].text.endswith(first), (alone, ends)
 
 
 @pytest.mark.slow

@@ -89,8 +89,9 @@ LULL_MARGIN_DB = 10.0  # a frame this far over the line's noise floor is a sound
 
 
 def ends_sentence(text: str) -> bool:
-    """Whether recognition's words so far end with a sentence's closing punctuation."""
-    return text.rstrip().endswith((".", "?", "!"))
+    """Whether recognition's words so far end with a sentence's closing punctuation (before
+    any closing quote or bracket)."""
+    return text.rstrip().rstrip("\"'\u201d\u2019)]").endswith((".", "?", "!"))
 
 
 NUMBER_WORDS = frozenset(
@@ -119,10 +120,12 @@ class EndOfTurnPolicy:
     silence reaches ``patience``; a transcript that ends a sentence lowers it by
     ``text_credit``; unfinished words end nothing before ``patience``: openers alone ("Hi,",
     agent.recognition.openers), or two words or more after which the LLM sees the message
-    going on (its probability of an end there under ``unfinished_below``) or that
+    going on (its probability of an end there under ``unfinished_below``), that
     recognition closed with a full stop it nearly wrote as a comma (``goes_on_above``: the
-    voice went on, as at "a long round arch, [pause] with its path"). A caller who
-    pauses mid-thought is rarely silent long, so a short silence needs a confident verdict
+    voice went on, as at "a long round arch, [pause] with its path"), or that it did not
+    close at all (``unclosed_go_on``: "six spoons of fresh snow peas, [pause] five thick
+    slabs"; Whisper punctuates from the voice too, and gives a finished sentence its mark).
+    A caller who pauses mid-thought is rarely silent long, so a short silence needs a confident verdict
     and a long one a likely one. A single word is exempt from the LLM's judgement: asked
     without the question it answers ("Three."), the model sees it as unfinished. Words that
     end a sentence and that the LLM takes as a whole message (at least ``finished_above``)
@@ -138,6 +141,7 @@ class EndOfTurnPolicy:
     text_credit: float
     unfinished_below: float | None = None
     goes_on_above: float | None = None
+    unclosed_go_on: bool = False
     one_word_secs: float | None = None
     finished_above: float | None = None
     finished_secs: float | None = None
@@ -149,6 +153,7 @@ class EndOfTurnPolicy:
                    text_credit=turn.text_credit,
                    unfinished_below=turn.words_unfinished_below,
                    goes_on_above=turn.punctuation_goes_on_above,
+                   unclosed_go_on=turn.unclosed_words_go_on,
                    one_word_secs=turn.one_word_secs,
                    finished_above=turn.words_finished_above,
                    finished_secs=turn.words_finished_secs)  # fmt: skip
@@ -161,6 +166,8 @@ class EndOfTurnPolicy:
             return True
         if len(words_of(text)) < 2:
             return False
+        if self.unclosed_go_on and not ends_sentence(text):
+            return True
         above = self.goes_on_above
         if above is not None and goes_on is not None and goes_on >= above:
             return True

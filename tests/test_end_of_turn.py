@@ -32,7 +32,7 @@ from agent.synthesis.piper_tts import PiperVoiceModel
 from agent.tools.transcribe import TranscriptCollector, TranscriptEvent
 from agent.transports.replay import ReplayInput, ReplayTurn
 from benchmarks.clips import CORPUS
-from tests.conftest import needs_corpus, normalise
+from tests.conftest import SAMPLES, needs_corpus, normalise
 from tests.fakes import HeardOut
 
 
@@ -76,8 +76,10 @@ def test_the_llms_verdict_makes_two_words_or_more_unfinished():
 def test_a_comma_recognition_hears_makes_two_words_or_more_unfinished():
     """Recognition's probability of a comma where it closed the words with a full stop
     (``Pass.goes_on``): from ``punctuation_goes_on_above`` two words or more go on, whatever
-    the LLM says; a single word is exempt ("Now." scores 0.3), and no reading decides
-    nothing."""
+    the LLM says, until ``patience``; past it they are judged as any sentence ("We must find
+    a new home in the stars." scored 0.06, and Smart Turn never reached the lean bar: it
+    waited for the silence fallback). A single word is exempt ("Now." scores 0.3), and no
+    reading decides nothing."""
     policy = EndOfTurnPolicy.from_settings(Settings().turn)
     above = policy.goes_on_above
     assert above is not None
@@ -91,7 +93,12 @@ def test_a_comma_recognition_hears_makes_two_words_or_more_unfinished():
     assert policy.verdict(0.99, stop, arch, words_end=0.68, goes_on=above) is None
     after = policy.finished_secs
     assert after is not None
-    assert policy.verdict(0.0, after, arch, words_end=0.68, goes_on=above) is None  # no "words"
+    assert not policy.unfinished(arch, words_end=0.68, goes_on=above, silence_secs=after)
+    assert policy.verdict(0.0, after, arch, words_end=0.68, goes_on=above) == "words"
+    past = policy.patience
+    credit = policy.lean - policy.text_credit  # the sentence's credit again
+    assert policy.verdict(credit, past, arch, words_end=0.68, goes_on=above) is not None
+    assert policy.verdict(credit, past - 0.01, arch, words_end=0.68, goes_on=above) is None
     off = EndOfTurnPolicy.from_settings(Settings().turn.model_copy(
         update={"punctuation_goes_on_above": None}))  # fmt: skip
     assert not off.unfinished(arch, words_end=0.68, goes_on=0.9)
@@ -273,6 +280,19 @@ def test_a_finished_sentence_ends_the_turn_without_the_silence_fallback(clip):
     for words in (False, True):
         finals, ends = heard(clip, words=words)
         assert finals and ends[-1].reason != "max_silence", (words, finals, ends)
+
+
+@pytest.mark.slow
+def test_a_sentence_recognition_doubts_ends_on_its_words_not_the_fallback():
+    """ "We must find a new home in the stars." (the demo's first turn): Whisper gives a comma
+    about 6 % where it closed the words, which holds them until ``patience_secs``, and Smart
+    Turn never reaches the lean bar on it. Held to the end, the turn waited for the 1.5 s
+    fallback; past ``patience_secs`` the words are judged as any sentence, and the LLM takes
+    them as a whole message (about 0.55), so they end the turn."""
+    finals, ends = heard(str(SAMPLES / "new_home_in_the_stars.wav"), words=True)
+    above = Settings().turn.punctuation_goes_on_above
+    assert above is not None and (ends[-1].goes_on or 0.0) >= above, ends  # held by the comma
+    assert len(finals) == 1 and ends[-1].reason == "words", (finals, ends)
 
 
 @pytest.mark.slow

@@ -125,13 +125,15 @@ class EndOfTurnPolicy:
     voice went on, as at "a long round arch, [pause] with its path"), or that it did not
     close at all (``unclosed_go_on``: "six spoons of fresh snow peas, [pause] five thick
     slabs"; Whisper punctuates from the voice too, and gives a finished sentence its mark).
-    A caller who pauses mid-thought is rarely silent long, so a short silence needs a confident verdict
-    and a long one a likely one. A single word is exempt from the LLM's judgement: asked
-    without the question it answers ("Three."), the model sees it as unfinished. Words that
-    end a sentence and that the LLM takes as a whole message (at least ``finished_above``)
-    end the turn after ``finished_secs`` whatever Smart Turn says: its verdict on one
-    silence can swing from yes to no as the silence grows, and a finished sentence should
-    not wait for the silence fallback.
+    Recognition's punctuation holds the words only until ``patience``; past it they are
+    judged as any words are, so a finished sentence it doubted does not wait for the silence
+    fallback. A caller who pauses mid-thought is rarely silent long, so a short silence
+    needs a confident verdict and a long one a likely one. A single word is exempt from the
+    LLM's judgement: asked without the question it answers ("Three."), the model sees it as
+    unfinished. Words that end a sentence and that the LLM takes as a whole message (at
+    least ``finished_above``) end the turn after ``finished_secs`` whatever Smart Turn says:
+    its verdict on one silence can swing from yes to no as the silence grows, and a finished
+    sentence should not wait for the silence fallback.
     """
 
     stop_secs: float
@@ -158,21 +160,33 @@ class EndOfTurnPolicy:
                    finished_above=turn.words_finished_above,
                    finished_secs=turn.words_finished_secs)  # fmt: skip
 
-    def unfinished(self, text: str, words_end: float | None, goes_on: float | None = None) -> bool:
-        """Whether the words so far say the caller goes on; ``words_end``: the LLM's
-        probability that the message ends after them, ``goes_on``: recognition's that a
-        comma (not its full stop) follows them (``Pass.goes_on``; None: not known)."""
+    def unfinished(
+        self,
+        text: str,
+        words_end: float | None,
+        goes_on: float | None = None,
+        silence_secs: float = 0.0,
+    ) -> bool:
+        """Whether the words so far say the caller goes on after ``silence_secs``;
+        ``words_end``: the LLM's probability that the message ends after them, ``goes_on``:
+        recognition's that a comma (not its full stop) follows them (``Pass.goes_on``; None:
+        not known)."""
         if only_opens(text):
             return True
         if len(words_of(text)) < 2:
             return False
+        below = self.unfinished_below
+        if below is not None and words_end is not None and words_end < below:
+            return True
+        return silence_secs < self.patience and self._punctuation_goes_on(text, goes_on)
+
+    def _punctuation_goes_on(self, text: str, goes_on: float | None) -> bool:
+        """Recognition's punctuation says the words go on: it left them unclosed, or nearly
+        wrote a comma where it closed them."""
         if self.unclosed_go_on and not ends_sentence(text):
             return True
         above = self.goes_on_above
-        if above is not None and goes_on is not None and goes_on >= above:
-            return True
-        below = self.unfinished_below
-        return below is not None and words_end is not None and words_end < below
+        return above is not None and goes_on is not None and goes_on >= above
 
     def bar(self, silence_secs: float, sentence: bool, unfinished: bool = False) -> float:
         """The Smart Turn probability that ends the turn after ``silence_secs`` of silence;
@@ -201,7 +215,7 @@ class EndOfTurnPolicy:
         the words so far (``text``, "" when not known yet): "smart_turn",
         "smart_turn_and_text" (only with the sentence's credit), or what ends it without
         Smart Turn (``words_end_it``), or None."""
-        unfinished = self.unfinished(text, words_end, goes_on)
+        unfinished = self.unfinished(text, words_end, goes_on, silence_secs)
         if self.ends(probability, silence_secs, sentence=False, unfinished=unfinished):
             return "smart_turn"
         sentence = not unfinished and ends_sentence(text)
@@ -226,7 +240,7 @@ class EndOfTurnPolicy:
             and words_end is not None
             and words_end >= above
             and ends_sentence(text)
-            and not self.unfinished(text, words_end, goes_on)
+            and not self.unfinished(text, words_end, goes_on, silence_secs)
         ):
             return "words"
         return None

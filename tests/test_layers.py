@@ -25,7 +25,7 @@ LAYERS: tuple[dict[str, tuple[str, ...]], ...] = (
     {"timing": ("agent.timing",)},
     {"base": ("agent", "agent.audio", "agent.clock", "agent.csp", "agent.errors",
               "agent.frames", "agent.model_store", "agent.net", "agent.redact",
-              "agent.sentences")},
+              "agent.sentences", "agent.yaml_file")},
 )  # fmt: skip
 
 

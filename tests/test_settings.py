@@ -71,6 +71,7 @@ def test_a_phone_call_has_its_own_lean_threshold_and_narrowband_vad(monkeypatch)
         ("[1, 2]", "must hold a mapping"),
         ("llm: {max_tokens: 1", "not valid YAML"),
         ("llm: {max_tokens: 40}\nllm: {}\n", "the key 'llm' twice.*line 2"),
+        ("? [1, 2]\n: 3\n", "not valid YAML.*unhashable key"),
     ],
 )
 def test_bad_config_is_one_clear_error(tmp_path, monkeypatch, text, message):

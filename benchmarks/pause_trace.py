@@ -158,7 +158,7 @@ def summary_table(rows: list[dict[str, float]]) -> Table:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from agent.cli import app
+    from agent.cli.main import app
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("manifests", nargs="+", type=Path)

@@ -14,8 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "agent"
 # module belongs to the component with its longest matching prefix. It may import its own
 # component and any lower layer, never a higher layer or another component of its own layer.
 LAYERS: tuple[dict[str, tuple[str, ...]], ...] = (
-    {"cli": ("agent.cli", "agent.cli_support", "agent.evaluation.cli", "agent.live.cli",
-             "agent.llm.cli", "agent.reports.cli")},
+    {"cli": ("agent.cli",)},
     {"live": ("agent.live",), "evaluation": ("agent.evaluation",), "tools": ("agent.tools",)},
     {"replay": ("agent.replay",)},
     {"pipeline": ("agent.pipeline",)},

@@ -21,7 +21,7 @@ import pytest
 import soundfile as sf
 from typer.testing import CliRunner
 
-from agent.cli import app
+from agent.cli.main import app
 from agent.reports.clips import Clip, turn_clips
 from agent.reports.load import load_run, load_runs
 from agent.timing.budget import default_budget_file, load_budget

@@ -21,7 +21,7 @@ import openai
 import pytest
 from typer.testing import CliRunner
 
-from agent.cli import app
+from agent.cli.main import app
 from agent.llm.engines import OpenAIChatEngine, Usage
 from agent.llm.prompt import prompt_messages
 from agent.llm.vllm_server import VllmServer, vllm_command

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agent import cli_support as opts
+from agent.cli import support as opts
 from agent.evaluation.html import eval_section, pct
 from agent.reports.markdown import ms
 
@@ -104,7 +104,7 @@ def register(app: typer.Typer) -> None:
         from agent.evaluation.manifest import load_manifest
         from agent.evaluation.run import evaluate
         from agent.replay import paced_settings
-        from agent.reports.cli import Format, write_reports
+        from agent.cli.reports import Format, write_reports
         from agent.timing.budget import load_budget, load_eval_limits
 
         settings = opts.settings_from_flags(

@@ -1,7 +1,7 @@
 """What every ``voice-agent`` command shares: error handling, settings from flags, options.
 
-Kept apart from ``agent.cli`` so the command groups that ``agent.cli`` registers (reports,
-live calls) can import it without a circular import.
+Kept apart from ``agent.cli.main`` so the command groups that it registers (reports, live
+calls) can import it without a circular import.
 """
 
 from __future__ import annotations

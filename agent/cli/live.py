@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from agent.cli_support import (
+from agent.cli.support import (
     ConfigOpt,
     LlmModelOpt,
     LlmUrlOpt,

@@ -1,6 +1,6 @@
 """`voice-agent report RUN_DIR...` and `voice-agent compare BASE_DIR NEW_DIR`.
 
-Both are commands of ``reports_app``, which agent/cli.py adds to the main app without a
+Both are commands of ``reports_app``, which agent/cli/main.py adds to the main app without a
 group name, so they sit next to ``replay`` at the top level.
 """
 
@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from agent.cli_support import user_errors
+from agent.cli.support import user_errors
 from agent.errors import UserError
 from agent.reports.compare import compare_pools, comparison_json, render_comparison
 from agent.reports.html import render_html

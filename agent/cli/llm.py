@@ -18,7 +18,7 @@ from typing import Annotated
 import typer
 
 from agent import model_store
-from agent.cli_support import ConfigOpt, settings_from_flags, user_errors
+from agent.cli.support import ConfigOpt, settings_from_flags, user_errors
 from agent.errors import UserError
 from agent.llm.llama_server import LlamaServer
 from agent.llm.local_server import models_answer

@@ -17,7 +17,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 from rich.table import Table
 
 from agent import model_store
-from agent.cli_support import (
+from agent.cli.support import (
     AsrModelOpt,
     ConfigOpt,
     LlmEngineOpt,
@@ -31,11 +31,11 @@ from agent.cli_support import (
     user_errors,
 )
 from agent.errors import UserError
-from agent.evaluation.cli import register as register_eval
-from agent.live.cli import register as register_live
-from agent.llm.cli import llm_app
+from agent.cli.evaluation import register as register_eval
+from agent.cli.live import register as register_live
+from agent.cli.llm import llm_app
 from agent.redact import redact_text, redact_values
-from agent.reports.cli import reports_app
+from agent.cli.reports import reports_app
 from agent.timing.budget import load_budget
 from agent.timing.record import TurnRecord
 from agent.timing.summary import ms, verdict_lines
@@ -246,6 +246,3 @@ def main() -> None:
     logger.configure(patcher=lambda record: record.update(message=redact_text(record["message"])))
     app()
 
-
-if __name__ == "__main__":
-    sys.exit(main())

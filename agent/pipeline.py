@@ -26,11 +26,11 @@ from agent import model_store
 from agent.clock import CallClock
 from agent.errors import UserError
 from agent.llm.context import SpokenTextAggregator, UserTurnAggregator
-from agent.llm.engines import ChatEngine, InProcessLlama, OpenAIChatEngine
-from agent.llm.failover import failover_engine
-from agent.llm.llama_server import LlamaServer
+from agent.llm.engines.chat import ChatEngine, InProcessLlama, OpenAIChatEngine
+from agent.llm.engines.failover import failover_engine
+from agent.llm.servers.llama import LlamaServer
+from agent.llm.servers.vllm import VllmServer
 from agent.llm.service import StreamingLLM
-from agent.llm.vllm_server import VllmServer
 from agent.recognition.streaming_stt import StreamingWhisperSTT
 from agent.recognition.turn_detector import SMART_TURN_MAX_SECS, TurnDetector, TurnModels
 from agent.recognition.whisper_decoder import RATE, WhisperDecoder
@@ -74,7 +74,7 @@ def llm_engine(settings: Settings) -> Iterator[ChatEngine]:
     llama-inprocess (default: fastest TTFT here, see README), llama-server (llama.cpp's
     OpenAI-compatible server on loopback, started and stopped here), vllm (vLLM's server on
     loopback, started and stopped here) or openai (any OpenAI-compatible base URL). Each is
-    wrapped in the failover policy (agent.llm.failover).
+    wrapped in the failover policy (agent.llm.engines.failover).
     """
     s = settings.llm
     if s.engine == "openai":

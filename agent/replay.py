@@ -14,7 +14,7 @@ from typing import Any
 
 from agent.audio import load_audio
 from agent.clock import CallClock, CallRecorder
-from agent.llm.engines import ChatEngine
+from agent.llm.engines.chat import ChatEngine
 from agent.pipeline import AgentModels, build_pipeline, run_pipeline
 from agent.settings import Settings
 from agent.timing.budget import Budget

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from agent import model_store
-from agent.llm.engines import ChatEngine, Sampling, Usage
+from agent.llm.engines.chat import ChatEngine, Sampling, Usage
 from agent.pipeline import llm_engine
 from agent.settings import LLMSettings, Settings
 from benchmarks.conversation_set import (

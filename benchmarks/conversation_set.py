@@ -34,7 +34,7 @@ from agent.clock import CallClock
 from agent.frames import LLMUsageFrame, PhraseFrame, TimelineEventFrame
 from agent.llm.answer import has_loop, is_echo, normalise, repeats, sentences
 from agent.llm.context import SpokenTextAggregator, UserTurnAggregator
-from agent.llm.engines import ChatEngine
+from agent.llm.engines.chat import ChatEngine
 from agent.llm.service import StreamingLLM
 from agent.pipeline import run_pipeline
 from agent.settings import LLMSettings

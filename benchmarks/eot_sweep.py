@@ -37,7 +37,7 @@ from pipecat.audio.vad.vad_analyzer import VADState
 
 from agent import model_store
 from agent.audio import load_audio
-from agent.llm.engines import InProcessLlama
+from agent.llm.engines.chat import InProcessLlama
 from agent.recognition.turn_detector import (
     REJUDGE_SECS,
     SMART_TURN_LEAD_SECS,

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from agent import model_store
-from agent.llm.llama_server import LlamaServer
+from agent.llm.servers.llama import LlamaServer
 from agent.settings import load_settings
 from benchmarks.llm import concurrency
 from benchmarks.pool import cpu_model

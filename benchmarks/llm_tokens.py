@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from agent import model_store
-from agent.llm.engines import ChatEngine, InProcessLlama, OpenAIChatEngine, Usage
-from agent.llm.llama_server import LlamaServer
+from agent.llm.engines.chat import ChatEngine, InProcessLlama, OpenAIChatEngine, Usage
+from agent.llm.servers.llama import LlamaServer
 from agent.settings import load_settings
 from agent.timing.budget import rounded_percentile
 from benchmarks.pool import cpu_model

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from agent import model_store
-from agent.llm.engines import InProcessLlama, Sampling, Usage
+from agent.llm.engines.chat import InProcessLlama, Sampling, Usage
 from agent.llm.prompt import prompt_messages
 from agent.settings import Settings
 from agent.synthesis.chunker import split_phrase

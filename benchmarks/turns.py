@@ -23,7 +23,7 @@ import httpx
 from agent import model_store
 from agent.audio import load_audio
 from agent.clock import CallClock, CallRecorder
-from agent.llm.llama_server import LlamaServer
+from agent.llm.servers.llama import LlamaServer
 from agent.pipeline import run_pipeline
 from agent.reports.load import load_run
 from agent.settings import Settings, load_settings

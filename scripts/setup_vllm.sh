@@ -45,7 +45,7 @@ timeout 300 "$PY" -c 'import vllm.entrypoints.openai.api_server' \
 .venv/bin/voice-agent models pull qwen2.5-coder-0.5b-q4_k_m
 GGUF=$(.venv/bin/python -c 'from agent import model_store; from agent.settings import Settings
 print(model_store.resolve("qwen2.5-coder-0.5b-q4_k_m", "llm", Settings().models_dir))')
-OUT=$(.venv/bin/python -c 'from agent.llm.vllm_server import vllm_model_dir; from agent.settings import LLMSettings, Settings
+OUT=$(.venv/bin/python -c 'from agent.llm.servers.vllm import vllm_model_dir; from agent.settings import LLMSettings, Settings
 print(vllm_model_dir(LLMSettings().model, Settings().models_dir))')
 if [ -f "$OUT/converted-from" ] && [ "$(cat "$OUT/converted-from")" = "$(basename "$GGUF")" ]; then
   echo "vLLM ready: $VENV, model $OUT" >&2

@@ -20,7 +20,7 @@ from pipecat.frames.frames import (
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from agent.clock import CallRecorder
-from agent.llm.engines import GREEDY, Sampling, Usage
+from agent.llm.engines.chat import GREEDY, Sampling, Usage
 from agent.timing.budget import Budget
 from agent.timing.record import LLMUsage, jsonl
 from agent.timing.summary import summarize

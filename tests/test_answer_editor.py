@@ -23,7 +23,7 @@ from pipecat.tests.utils import SleepFrame, run_test
 
 from agent.clock import CallClock
 from agent.llm.answer import AnswerEditor, Verdict, has_loop, is_echo, repeats
-from agent.llm.engines import OpenAIChatEngine, Sampling, Usage
+from agent.llm.engines.chat import OpenAIChatEngine, Sampling, Usage
 from agent.llm.prompt import prompt_messages
 from agent.llm.service import StreamingLLM
 from agent.pipeline import llm_engine

@@ -11,8 +11,8 @@ from argparse import Namespace
 import pytest
 
 from agent import model_store
-from agent.llm.engines import InProcessLlama, OpenAIChatEngine
-from agent.llm.llama_server import LlamaServer
+from agent.llm.engines.chat import InProcessLlama, OpenAIChatEngine
+from agent.llm.servers.llama import LlamaServer
 from benchmarks.conversation_set import CONVERSATIONS as CONVERSATIONS_FILE
 from benchmarks.conversation_set import TurnResult, load_conversations, talk
 from benchmarks.conversation_spoken import run as spoken_run

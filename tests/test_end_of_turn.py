@@ -20,7 +20,7 @@ from agent.audio import load_audio
 from agent.clock import CallRecorder, clock_for
 from agent.frames import TurnEndReasonFrame
 from agent.llm.context import UserTurnAggregator
-from agent.llm.engines import InProcessLlama
+from agent.llm.engines.chat import InProcessLlama
 from agent.llm.service import StreamingLLM
 from agent.pipeline import run_pipeline
 from agent.recognition.openers import only_opens

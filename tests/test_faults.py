@@ -24,9 +24,9 @@ from pydantic import SecretStr
 
 from agent.audio import load_audio
 from agent.live.call import Runtime
-from agent.llm.engines import OpenAIChatEngine
-from agent.llm.failover import FailoverEngine, failover_engine
-from agent.llm.llama_server import LlamaServer
+from agent.llm.engines.chat import OpenAIChatEngine
+from agent.llm.engines.failover import FailoverEngine, failover_engine
+from agent.llm.servers.llama import LlamaServer
 from agent.pipeline import AgentModels, llm_engine
 from agent.recognition.whisper_decoder import WhisperDecoder
 from agent.settings import Settings

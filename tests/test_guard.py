@@ -12,7 +12,7 @@ from agent import model_store
 from agent.clock import CallClock
 from agent.errors import UserError
 from agent.frames import PhraseFrame, StopAnswerFrame
-from agent.llm.engines import ChatEngine, InProcessLlama
+from agent.llm.engines.chat import ChatEngine, InProcessLlama
 from agent.llm.service import StreamingLLM
 from agent.settings import Settings, TTSSettings
 from agent.synthesis.chunker import PhraseChunker

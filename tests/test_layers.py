@@ -97,7 +97,7 @@ def test_imports_only_point_down() -> None:
         ("agent.transports.phone", "agent.live.server", "a higher layer (live)"),
         ("agent.recognition.streaming_stt", "agent.pipeline", "a higher layer (pipeline)"),
         ("agent.transports.browser", "agent.llm.prompt", "a sibling component (llm)"),
-        ("agent.settings", "agent.llm.engines", "a higher layer (llm)"),
+        ("agent.settings", "agent.llm.engines.chat", "a higher layer (llm)"),
     ],
 )  # fmt: skip
 def test_a_wrong_import_is_caught(module: str, target: str, problem: str) -> None:

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from agent import model_store
-from agent.llm.llama_server import LlamaServer
+from agent.llm.servers.llama import LlamaServer
 
 pytestmark = pytest.mark.slow
 

@@ -17,9 +17,9 @@ from agent import model_store
 from agent.errors import UserError
 from agent.live import pool
 from agent.live.pool import Pool
-from agent.llm import llama_server
-from agent.llm.engines import OpenAIChatEngine, Usage
-from agent.llm.llama_server import LlamaServer, native_server
+from agent.llm.engines.chat import OpenAIChatEngine, Usage
+from agent.llm.servers import llama as llama_server
+from agent.llm.servers.llama import LlamaServer, native_server
 from agent.settings import LLMSettings, Settings
 
 LONG = [{"role": "user", "content": "Count from one to forty in words, separated by commas."}]
@@ -30,13 +30,14 @@ def test_more_than_one_slot_without_llamas_own_server_is_one_clear_line(monkeypa
     gguf = tmp_path / "model.gguf"  # not read: the command line is all this needs
     with pytest.raises(UserError, match=r"scripts/setup.sh --pool.*server_slots to 1"):
         LlamaServer(gguf, LLMSettings(server_slots=2)).command()
-    assert "agent.llm.python_server" in LlamaServer(gguf, LLMSettings()).command()  # one slot
+    one_slot = LlamaServer(gguf, LLMSettings()).command()
+    assert "agent.llm.servers.llama_cpp_python" in one_slot
 
 
 async def test_the_one_slot_server_runs_every_request_and_token_on_one_thread():
     """llama-cpp-python's app hands each streamed token to Starlette's thread pool; the
     launcher hands them all to one thread instead (a second OpenMP team slows llama.cpp)."""
-    from agent.llm import python_server
+    from agent.llm.servers import llama_cpp_python as python_server
 
     threads: list[int] = []
 

@@ -19,7 +19,7 @@ from agent import model_store
 from agent.clock import CallClock, ComputeClock
 from agent.llm import engines
 from agent.llm.context import UserTurnAggregator
-from agent.llm.engines import InProcessLlama, OpenAIChatEngine
+from agent.llm.engines.chat import InProcessLlama, OpenAIChatEngine
 from agent.llm.prompt import prompt_messages
 from agent.llm.service import StreamingLLM
 from agent.net import free_port

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from agent.errors import UserError
-from agent.llm.local_server import LocalServer
+from agent.llm.servers.local import LocalServer
 
 
 class PythonServer(LocalServer):

@@ -22,9 +22,9 @@ import pytest
 from typer.testing import CliRunner
 
 from agent.cli.main import app
-from agent.llm.engines import OpenAIChatEngine, Usage
+from agent.llm.engines.chat import OpenAIChatEngine, Usage
 from agent.llm.prompt import prompt_messages
-from agent.llm.vllm_server import VllmServer, vllm_command
+from agent.llm.servers.vllm import VllmServer, vllm_command
 from tests.conftest import SAMPLES
 
 pytestmark = pytest.mark.slow
@@ -97,7 +97,8 @@ def test_llm_serve_print_command_and_one_line_errors(settings, tmp_path):
         app, ["llm", "serve", "--engine", "llama-server", "--print-command", "--host", "0.0.0.0"]
     )
     assert llama.exit_code == 0, llama.output
-    assert "-m agent.llm.python_server" in llama.stdout and "--host 0.0.0.0" in llama.stdout
+    assert "-m agent.llm.servers.llama_cpp_python" in llama.stdout
+    assert "--host 0.0.0.0" in llama.stdout
 
 
 # --- with a real vLLM server ---------------------------------------------------------------

@@ -20,9 +20,9 @@ import typer
 from agent import model_store
 from agent.cli.support import ConfigOpt, settings_from_flags, user_errors
 from agent.errors import UserError
-from agent.llm.llama_server import LlamaServer
-from agent.llm.local_server import models_answer
-from agent.llm.vllm_server import VllmServer
+from agent.llm.servers.llama import LlamaServer
+from agent.llm.servers.local import models_answer
+from agent.llm.servers.vllm import VllmServer
 from agent.net import is_loopback
 
 llm_app = typer.Typer(help="LLM servers: run vLLM or llama.cpp's OpenAI server in the foreground.")

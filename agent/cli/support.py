@@ -21,7 +21,7 @@ from agent.redact import redact_text
 from agent.settings import Settings, load_settings
 
 if TYPE_CHECKING:
-    from agent.llm.engines import ChatEngine
+    from agent.llm.engines.chat import ChatEngine
     from agent.pipeline import AgentModels
 
 T = TypeVar("T")

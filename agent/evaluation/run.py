@@ -12,7 +12,7 @@ from agent.audio import load_audio
 from agent.clock import clock_for
 from agent.evaluation.grading import ClipGrade, grade_call
 from agent.evaluation.manifest import Clip
-from agent.llm.engines import ChatEngine
+from agent.llm.engines.chat import ChatEngine
 from agent.pipeline import AgentModels
 from agent.replay import replay_call
 from agent.settings import Settings

@@ -43,7 +43,7 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from agent.clock import CallClock, CallRecorder, NullRecorder
 from agent.errors import UserError
 from agent.frames import NoReplyFrame, TimelineEventFrame, TranscriptRevisionFrame
-from agent.llm.engines import ChatEngine
+from agent.llm.engines.chat import ChatEngine
 from agent.pipeline import AgentModels, build_pipeline, run_pipeline
 from agent.settings import Settings
 from agent.timing.budget import Budget

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from agent.errors import UserError
 from agent.live.health import READYZ, RETRY_AFTER_SECS
-from agent.llm.local_server import LocalServer
+from agent.llm.servers.local import LocalServer
 
 STARTUP_TIMEOUT_SECS = 10.0
 CHECK_INTERVAL = "1s"

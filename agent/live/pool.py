@@ -29,8 +29,8 @@ from agent import model_store
 from agent.errors import UserError
 from agent.live.haproxy import Haproxy, haproxy_binary
 from agent.live.health import HEALTHZ, READYZ
-from agent.llm.llama_server import LlamaServer, native_server
-from agent.llm.local_server import wait_until_ready
+from agent.llm.servers.llama import LlamaServer, native_server
+from agent.llm.servers.local import wait_until_ready
 from agent.net import free_port
 from agent.settings import LLMSettings, Settings
 

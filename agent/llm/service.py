@@ -58,7 +58,7 @@ from agent.frames import (
     TimelineEventFrame,
 )
 from agent.llm.answer import AnswerEditor, Verdict, is_question, repeats
-from agent.llm.engines import ChatEngine, Sampling, Usage
+from agent.llm.engines.chat import ChatEngine, Sampling, Usage
 from agent.llm.prompt import prefix_after_trim, prompt_messages
 from agent.llm.say_again import answer_to_repeat
 from agent.settings import LLMSettings

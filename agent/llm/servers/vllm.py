@@ -20,7 +20,7 @@ from pathlib import Path
 
 from agent import model_store
 from agent.errors import UserError
-from agent.llm.local_server import LocalServer, models_answer, new_api_key, terminate
+from agent.llm.servers.local import LocalServer, models_answer, new_api_key, terminate
 from agent.net import free_port
 from agent.settings import LLMSettings
 

@@ -26,8 +26,8 @@ from typing import Any
 from loguru import logger
 
 from agent.errors import error_line
-from agent.llm.engines import GREEDY, ChatEngine, OpenAIChatEngine, Sampling, Usage
-from agent.llm.llama_server import LlamaServer
+from agent.llm.engines.chat import GREEDY, ChatEngine, OpenAIChatEngine, Sampling, Usage
+from agent.llm.servers.llama import LlamaServer
 from agent.settings import LLMSettings
 
 RETRY_PRIMARY_SECS = 30.0

@@ -5,7 +5,8 @@ pool, so consecutive tokens ran on whichever pooled thread was free. llama.cpp's
 keeps a team of worker threads per calling thread, and with more than one team alive each
 token took about 40 % longer on 2 cores (the in-process engine had the same fault: see
 ``InProcessLlama``). The server answers one request at a time anyway, so one thread loses
-nothing. Run as ``python -m agent.llm.python_server`` with llama_cpp.server's arguments.
+nothing. Run as ``python -m agent.llm.servers.llama_cpp_python`` with llama_cpp.server's
+arguments.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from agent.errors import UserError
-from agent.llm.local_server import LocalServer, models_answer, new_api_key
+from agent.llm.servers.local import LocalServer, models_answer, new_api_key
 from agent.net import free_port
 from agent.settings import LLMSettings
 
@@ -63,7 +63,8 @@ class LlamaServer(LocalServer):
         if self.native:
             return self._native_command()
         return [
-            sys.executable, "-m", "agent.llm.python_server",  # llama_cpp.server, one thread
+            # llama_cpp.server, on one thread
+            sys.executable, "-m", "agent.llm.servers.llama_cpp_python",
             "--model", str(self.model_path),
             "--host", "127.0.0.1", "--port", str(self.port),
             "--n_ctx", str(s.context_size),

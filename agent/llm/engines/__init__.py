@@ -1,0 +1,1 @@
+"""Chat engines: the one streaming interface the LLM stage talks to, and the failover wrapper."""

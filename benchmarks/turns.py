@@ -22,7 +22,8 @@ import httpx
 
 from agent import model_store
 from agent.audio import load_audio
-from agent.clock import CallClock, CallRecorder
+from agent.clock import CallClock
+from agent.timing.call_recorder import CallRecorder
 from agent.llm.servers.llama import LlamaServer
 from agent.pipeline import run_pipeline
 from agent.reports.load import load_run

@@ -19,7 +19,7 @@ from pipecat.frames.frames import (
 )
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
-from agent.clock import CallRecorder
+from agent.timing.call_recorder import CallRecorder
 from agent.llm.engines.chat import GREEDY, Sampling, Usage
 from agent.timing.budget import Budget
 from agent.timing.record import LLMUsage, jsonl

@@ -21,7 +21,8 @@ from pipecat.pipeline.pipeline import Pipeline
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from agent.audio import load_audio
-from agent.clock import CallRecorder, ComputeClock
+from agent.clock import ComputeClock
+from agent.timing.call_recorder import CallRecorder
 from agent.frames import HoldBotAudioFrame
 from agent.pipeline import run_pipeline
 from agent.recognition.backchannel import is_backchannel

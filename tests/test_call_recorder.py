@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from agent.clock import CallRecorder
+from agent.timing.call_recorder import CallRecorder
 
 RATE = 16000
 CHUNK = 320  # 20 ms

@@ -17,7 +17,8 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from agent import model_store
 from agent.audio import load_audio
-from agent.clock import CallRecorder, clock_for
+from agent.clock import clock_for
+from agent.timing.call_recorder import CallRecorder
 from agent.frames import TurnEndReasonFrame
 from agent.llm.context import UserTurnAggregator
 from agent.llm.engines.chat import InProcessLlama

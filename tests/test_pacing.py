@@ -10,7 +10,8 @@ import soundfile as sf
 from pipecat.frames.frames import InterruptionFrame, OutputAudioRawFrame
 from pipecat.tests.utils import SleepFrame, run_test
 
-from agent.clock import CallClock, CallRecorder
+from agent.clock import CallClock
+from agent.timing.call_recorder import CallRecorder
 from agent.frames import HoldBotAudioFrame, TimelineEventFrame
 from agent.transports.pacing import PacedOutput
 from tests.fakes import tone

@@ -14,7 +14,8 @@ from pipecat.processors.frame_processor import FrameProcessor
 
 from agent import model_store
 from agent.audio import load_audio, speech_bounds
-from agent.clock import CallClock, CallRecorder, ComputeClock
+from agent.clock import CallClock, ComputeClock
+from agent.timing.call_recorder import CallRecorder
 from agent.pipeline import run_pipeline
 from agent.recognition.streaming_stt import StreamingWhisperSTT
 from agent.recognition.turn_detector import TurnDetector, TurnModels

@@ -40,7 +40,8 @@ from pipecat.frames.frames import (
 from pipecat.observers.base_observer import BaseObserver, FramePushed
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
-from agent.clock import CallClock, CallRecorder, NullRecorder
+from agent.clock import CallClock
+from agent.timing.call_recorder import CallRecorder, NullRecorder
 from agent.errors import UserError
 from agent.frames import NoReplyFrame, TimelineEventFrame, TranscriptRevisionFrame
 from agent.llm.engines.chat import ChatEngine

@@ -25,7 +25,8 @@ from pipecat.frames.frames import (
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
-from agent.clock import CallClock, CallRecorder
+from agent.clock import CallClock
+from agent.timing.call_recorder import CallRecorder
 from agent.frames import (
     NoReplyFrame,
     SpeechLullFrame,

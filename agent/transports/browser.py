@@ -20,7 +20,8 @@ from pydantic import BaseModel
 from websockets.asyncio.connection import Connection
 from websockets.exceptions import ConnectionClosed
 
-from agent.clock import CallClock, CallRecorder
+from agent.clock import CallClock
+from agent.timing.call_recorder import CallRecorder
 from agent.redact import Warn, clip_text
 from agent.transports.live import LiveInput, WebSocketOutput
 

@@ -39,7 +39,8 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from websockets.asyncio.connection import Connection
 from websockets.exceptions import ConnectionClosed
 
-from agent.clock import CallClock, CallRecorder
+from agent.clock import CallClock
+from agent.timing.call_recorder import CallRecorder
 from agent.transports.pacing import FRAME_MS, PacedOutput
 
 JITTER_MS = 120  # arrival jitter absorbed before the user track re-syncs to the clock

@@ -15,7 +15,8 @@ from pipecat.processors.frame_processor import FrameDirection
 from pipecat.transports.base_output import BaseOutputTransport
 from pipecat.transports.base_transport import TransportParams
 
-from agent.clock import CallClock, CallRecorder
+from agent.clock import CallClock
+from agent.timing.call_recorder import CallRecorder
 from agent.frames import HoldBotAudioFrame, TimelineEventFrame
 
 FRAME_MS = 20

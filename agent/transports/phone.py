@@ -15,7 +15,8 @@ import numpy as np
 from pipecat.frames.frames import Frame, TTSTextFrame
 from websockets.asyncio.connection import Connection
 
-from agent.clock import CallClock, CallRecorder
+from agent.clock import CallClock
+from agent.timing.call_recorder import CallRecorder
 from agent.transports.g711 import PHONE_RATE, Rate2Converter, mulaw_decode, mulaw_encode
 from agent.transports.live import LiveInput, WebSocketOutput
 from agent.transports.twilio import StreamInfo

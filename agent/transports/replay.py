@@ -32,7 +32,8 @@ from pipecat.frames.frames import (
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from agent.audio import speech_bounds
-from agent.clock import CallClock, CallRecorder
+from agent.clock import CallClock
+from agent.timing.call_recorder import CallRecorder
 from agent.frames import ClipStartedFrame, NoReplyFrame, TimelineEventFrame
 from agent.transports.pacing import FRAME_MS
 

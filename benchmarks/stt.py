@@ -26,7 +26,7 @@ from agent import model_store
 from agent.recognition.whisper_decoder import RATE, WhisperDecoder
 from agent.settings import Settings
 from agent.timing.budget import rounded_percentile
-from agent.tools.transcribe import TranscriptEvent, final_texts, transcribe_stream
+from agent.evaluation.transcribe import TranscriptEvent, final_texts, transcribe_stream
 from agent.transports.replay import ReplayTurn
 from benchmarks import clips
 from benchmarks.results import write_json

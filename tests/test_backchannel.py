@@ -30,7 +30,7 @@ from agent.recognition.streaming_stt import StreamingWhisperSTT
 from agent.recognition.turn_detector import TurnDetector, TurnModels
 from agent.recognition.whisper_decoder import RATE, WhisperDecoder
 from agent.settings import Settings
-from agent.tools.transcribe import TranscriptCollector, TranscriptEvent
+from agent.evaluation.transcribe import TranscriptCollector, TranscriptEvent
 from agent.transports.replay import ReplayInput, ReplayTurn
 from benchmarks.clips import CORPUS
 from tests.conftest import normalise

@@ -30,7 +30,7 @@ from agent.recognition.turn_detector import EndOfTurnPolicy, TurnDetector, TurnM
 from agent.recognition.whisper_decoder import RATE, WhisperDecoder
 from agent.settings import Settings
 from agent.synthesis.piper_tts import PiperVoiceModel
-from agent.tools.transcribe import TranscriptCollector, TranscriptEvent
+from agent.evaluation.transcribe import TranscriptCollector, TranscriptEvent
 from agent.transports.replay import ReplayInput, ReplayTurn
 from benchmarks.clips import CORPUS
 from tests.conftest import SAMPLES, needs_corpus, normalise

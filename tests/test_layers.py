@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "agent"
 # component and any lower layer, never a higher layer or another component of its own layer.
 LAYERS: tuple[dict[str, tuple[str, ...]], ...] = (
     {"cli": ("agent.cli",)},
-    {"live": ("agent.live",), "evaluation": ("agent.evaluation",), "tools": ("agent.tools",)},
+    {"live": ("agent.live",), "evaluation": ("agent.evaluation",)},
     {"replay": ("agent.replay",)},
     {"pipeline": ("agent.pipeline",)},
     {"transports": ("agent.transports",), "recognition": ("agent.recognition",),

@@ -21,7 +21,7 @@ from agent.recognition.streaming_stt import StreamingWhisperSTT
 from agent.recognition.turn_detector import TurnDetector, TurnModels
 from agent.recognition.utterance import agreed_prefix, drop_overlap
 from agent.recognition.whisper_decoder import RATE, WhisperDecoder, hallucination_cut
-from agent.tools.transcribe import (
+from agent.evaluation.transcribe import (
     TranscriptCollector,
     transcribe_once,
     transcribe_stream,

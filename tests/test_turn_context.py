@@ -21,7 +21,7 @@ from agent.recognition.streaming_stt import CONTEXT_MAX_SECS, _PreviousTurn
 from agent.recognition.turn_detector import TurnDetector
 from agent.recognition.utterance import Utterance
 from agent.recognition.whisper_decoder import RATE, Context, WhisperDecoder, Word
-from agent.tools.transcribe import final_texts, transcribe_stream
+from agent.evaluation.transcribe import final_texts, transcribe_stream
 from agent.transports.g711 import through_phone_line
 from agent.transports.replay import ReplayTurn
 from benchmarks.clips import CORPUS

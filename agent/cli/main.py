@@ -121,7 +121,7 @@ def transcribe(
     """Print what the agent hears: interim and final transcripts with their times (ms)."""
     from agent.recognition.whisper_decoder import WhisperDecoder
     from agent.replay import load_turns
-    from agent.tools.transcribe import transcribe_once, transcribe_stream
+    from agent.evaluation.transcribe import transcribe_once, transcribe_stream
 
     settings = settings_from_flags(config, asr__model=asr_model)
     turns = load_turns(inputs, settings.sample_rate)

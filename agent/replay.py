@@ -14,11 +14,11 @@ from typing import Any
 
 from agent.audio import load_audio
 from agent.clock import CallClock
-from agent.timing.call_recorder import CallRecorder
 from agent.llm.engines.chat import ChatEngine
 from agent.pipeline import AgentModels, build_pipeline, run_pipeline
 from agent.settings import Settings
 from agent.timing.budget import Budget
+from agent.timing.call_recorder import CallRecorder
 from agent.timing.record import TurnRecord, jsonl
 from agent.timing.summary import summarize
 from agent.timing.tracing import turn_tracer

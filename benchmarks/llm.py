@@ -36,8 +36,8 @@ import httpx
 
 from agent import model_store
 from agent.llm.engines.chat import ChatEngine, InProcessLlama, OpenAIChatEngine, Sampling, Usage
-from agent.llm.servers.llama import LlamaServer
 from agent.llm.prompt import prefix_after_trim, prompt_messages
+from agent.llm.servers.llama import LlamaServer
 from agent.llm.servers.vllm import VllmServer
 from agent.settings import Settings
 from agent.timing.budget import rounded_percentile

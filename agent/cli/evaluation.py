@@ -101,10 +101,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Replay every clip of the manifests and grade what the agent heard, when it spoke
         and what it said (WER vs offline Whisper, splits, cut-offs, voice-to-voice, answers)."""
+        from agent.cli.reports import Format, write_reports
         from agent.evaluation.manifest import load_manifest
         from agent.evaluation.run import evaluate
         from agent.replay import paced_settings
-        from agent.cli.reports import Format, write_reports
         from agent.timing.budget import load_budget, load_eval_limits
 
         settings = opts.settings_from_flags(

@@ -17,6 +17,10 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 from rich.table import Table
 
 from agent import model_store
+from agent.cli.evaluation import register as register_eval
+from agent.cli.live import register as register_live
+from agent.cli.llm import llm_app
+from agent.cli.reports import reports_app
 from agent.cli.support import (
     AsrModelOpt,
     ConfigOpt,
@@ -31,11 +35,7 @@ from agent.cli.support import (
     user_errors,
 )
 from agent.errors import UserError
-from agent.cli.evaluation import register as register_eval
-from agent.cli.live import register as register_live
-from agent.cli.llm import llm_app
 from agent.redact import redact_text, redact_values
-from agent.cli.reports import reports_app
 from agent.timing.budget import load_budget
 from agent.timing.record import TurnRecord
 from agent.timing.summary import ms, verdict_lines
@@ -119,9 +119,9 @@ def transcribe(
     asr_model: AsrModelOpt = None,
 ) -> None:
     """Print what the agent hears: interim and final transcripts with their times (ms)."""
+    from agent.evaluation.transcribe import transcribe_once, transcribe_stream
     from agent.recognition.whisper_decoder import WhisperDecoder
     from agent.replay import load_turns
-    from agent.evaluation.transcribe import transcribe_once, transcribe_stream
 
     settings = settings_from_flags(config, asr__model=asr_model)
     turns = load_turns(inputs, settings.sample_rate)
@@ -245,4 +245,3 @@ def models_list(config: ConfigOpt = None) -> None:
 def main() -> None:
     logger.configure(patcher=lambda record: record.update(message=redact_text(record["message"])))
     app()
-

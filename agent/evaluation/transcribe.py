@@ -26,7 +26,6 @@ from pipecat.pipeline.pipeline import Pipeline
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from agent.clock import CallClock
-from agent.timing.call_recorder import CallRecorder
 from agent.frames import (
     NoReplyFrame,
     SpeechLullFrame,
@@ -40,6 +39,7 @@ from agent.recognition.streaming_stt import StreamingWhisperSTT
 from agent.recognition.turn_detector import TurnDetector, TurnModels
 from agent.recognition.whisper_decoder import MAX_WINDOW_SECS, RATE, WhisperDecoder
 from agent.settings import Settings
+from agent.timing.call_recorder import CallRecorder
 from agent.transports.replay import ReplayInput, ReplayTurn
 
 

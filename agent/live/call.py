@@ -41,13 +41,13 @@ from pipecat.observers.base_observer import BaseObserver, FramePushed
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from agent.clock import CallClock
-from agent.timing.call_recorder import CallRecorder, NullRecorder
 from agent.errors import UserError
 from agent.frames import NoReplyFrame, TimelineEventFrame, TranscriptRevisionFrame
 from agent.llm.engines.chat import ChatEngine
 from agent.pipeline import AgentModels, build_pipeline, run_pipeline
 from agent.settings import Settings
 from agent.timing.budget import Budget
+from agent.timing.call_recorder import CallRecorder, NullRecorder
 from agent.timing.record import TurnRecord, jsonl
 from agent.timing.summary import ms, summarize
 from agent.timing.tracing import TurnTracer, turn_tracer

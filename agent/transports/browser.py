@@ -21,8 +21,8 @@ from websockets.asyncio.connection import Connection
 from websockets.exceptions import ConnectionClosed
 
 from agent.clock import CallClock
-from agent.timing.call_recorder import CallRecorder
 from agent.redact import Warn, clip_text
+from agent.timing.call_recorder import CallRecorder
 from agent.transports.live import LiveInput, WebSocketOutput
 
 MAX_QUEUED_EVENTS = 1000

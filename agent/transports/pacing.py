@@ -16,8 +16,8 @@ from pipecat.transports.base_output import BaseOutputTransport
 from pipecat.transports.base_transport import TransportParams
 
 from agent.clock import CallClock
-from agent.timing.call_recorder import CallRecorder
 from agent.frames import HoldBotAudioFrame, TimelineEventFrame
+from agent.timing.call_recorder import CallRecorder
 
 FRAME_MS = 20
 

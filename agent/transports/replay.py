@@ -33,8 +33,8 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from agent.audio import speech_bounds
 from agent.clock import CallClock
-from agent.timing.call_recorder import CallRecorder
 from agent.frames import ClipStartedFrame, NoReplyFrame, TimelineEventFrame
+from agent.timing.call_recorder import CallRecorder
 from agent.transports.pacing import FRAME_MS
 
 

@@ -18,8 +18,8 @@ from typing import Any
 from pipecat.frames.frames import CancelFrame, EndFrame
 
 from agent.clock import CallClock
-from agent.timing.call_recorder import CallRecorder
 from agent.errors import UserError
+from agent.timing.call_recorder import CallRecorder
 from agent.transports.live import LiveInput, LiveOutput
 from agent.transports.pacing import FRAME_MS
 

@@ -39,13 +39,13 @@ from rich.table import Table
 
 from agent.settings import load_settings
 from agent.timing.budget import load_budget
-from benchmarks.memory import (
+from benchmarks.results import write_json
+from benchmarks.soak import MAX_CALLERS, Soak, report, start_server, stop_server
+from tests.support.memory import (
     reset_peak_rss,
     tree_peak_rss_kib,
     tree_rss_kib,
 )
-from benchmarks.results import write_json
-from benchmarks.soak import MAX_CALLERS, Soak, report, start_server, stop_server
 
 ROOT = Path(__file__).resolve().parents[1]
 

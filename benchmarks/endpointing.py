@@ -53,8 +53,8 @@ from agent.recognition.whisper_decoder import RATE, WhisperDecoder
 from agent.settings import Settings, TurnSettings
 from agent.timing.budget import rounded_percentile
 from agent.transports.g711 import through_phone_line
-from benchmarks.clips import load_clip
 from benchmarks.results import write_json
+from tests.support.clips import load_clip
 
 FRAME = RATE * 20 // 1000
 TAIL_SECS = 4.0

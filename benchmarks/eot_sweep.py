@@ -51,8 +51,8 @@ from agent.recognition.whisper_decoder import RATE, WhisperDecoder
 from agent.settings import Settings
 from agent.timing.budget import rounded_percentile
 from agent.transports.g711 import through_phone_line
-from benchmarks.clips import CORPUS
 from benchmarks.results import write_json
+from tests.support.clips import CORPUS
 
 FRAME = RATE * 20 // 1000
 TAIL_SECS = 2.0

@@ -26,8 +26,8 @@ import soxr
 from faster_whisper import WhisperModel
 from llama_cpp import Llama
 
-from benchmarks.clips import CORPUS
 from benchmarks.results import write_json
+from tests.support.clips import CORPUS
 
 ROOT = Path(__file__).resolve().parents[1]
 RATE = 16000

@@ -45,9 +45,9 @@ from agent.timing.budget import load_budget, rounded_percentile
 from agent.timing.record import TurnRecord
 from agent.transports.g711 import PHONE_RATE, through_phone_line
 from agent.transports.replay import ReplayTurn
-from benchmarks.caller import PhoneCaller
-from benchmarks.clips import load_clip, whole_sentences
 from benchmarks.results import write_json
+from tests.support.caller import PhoneCaller
+from tests.support.clips import load_clip, whole_sentences
 
 CLIPS = whole_sentences()
 RATE = 16000

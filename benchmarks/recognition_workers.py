@@ -33,9 +33,9 @@ from agent.audio import load_audio
 from agent.recognition.whisper_decoder import RATE, WhisperDecoder
 from agent.settings import Settings
 from agent.timing.budget import rounded_percentile
-from benchmarks.clips import SAMPLES
-from benchmarks.memory import tree_rss_kib
 from benchmarks.results import write_json
+from tests.support.clips import SAMPLES
+from tests.support.memory import tree_rss_kib
 
 STREAMS = 2  # passes always waiting: a lull's beside an interim, or two calls
 

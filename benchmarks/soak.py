@@ -1,7 +1,7 @@
 """Soak test: N simulated phone callers against one ``voice-agent serve`` for M minutes.
 
 Why: a leak or a slow pile-up shows only over time and under concurrent calls. Each caller
-dials ``/phone`` on loopback (the Twilio Media Streams protocol, ``benchmarks.caller``),
+dials ``/phone`` on loopback (the Twilio Media Streams protocol, ``tests.support.caller``),
 asks ``--turns-per-call`` questions from the real speech clips in ``agent/samples``, waiting
 for each answer, hangs up and dials again, until the time is up. Per minute it reports
 completed turns, errors (a question without an answer, a call that could not be made),
@@ -37,10 +37,10 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from agent.audio import speech_bounds
 from agent.net import free_port
 from agent.timing.budget import rounded_percentile
-from benchmarks.caller import PhoneCaller
-from benchmarks.clips import CLIPS, load_clip
-from benchmarks.memory import tree_rss_kib
 from benchmarks.results import write_json
+from tests.support.caller import PhoneCaller
+from tests.support.clips import CLIPS, load_clip
+from tests.support.memory import tree_rss_kib
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_CALLERS = 16

@@ -30,8 +30,8 @@ from agent.recognition.streaming_stt import CONTEXT_MAX_SECS
 from agent.recognition.whisper_decoder import RATE, Context, WhisperDecoder
 from agent.settings import Settings
 from agent.transports.g711 import through_phone_line
-from benchmarks.clips import CORPUS
 from benchmarks.results import write_json
+from tests.support.clips import CORPUS
 
 CLICK_SECS = 0.5
 

@@ -23,13 +23,13 @@ import jiwer
 import numpy as np
 
 from agent import model_store
+from agent.evaluation.transcribe import TranscriptEvent, final_texts, transcribe_stream
 from agent.recognition.whisper_decoder import RATE, WhisperDecoder
 from agent.settings import Settings
 from agent.timing.budget import rounded_percentile
-from agent.evaluation.transcribe import TranscriptEvent, final_texts, transcribe_stream
 from agent.transports.replay import ReplayTurn
-from benchmarks import clips
 from benchmarks.results import write_json
+from tests.support import clips
 
 
 def norm(text: str) -> str:

@@ -44,9 +44,9 @@ from agent.timing.callwav import load_thresholds, measure_call
 from agent.timing.record import TurnRecord
 from agent.timing.summary import stage_stats, stage_values
 from agent.timing.timeline import PART_STAGES
-from benchmarks.clips import CLIPS, SAMPLES
 from benchmarks.results import write_json
 from benchmarks.turns import mode_summary, run_ours
+from tests.support.clips import CLIPS, SAMPLES
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -23,20 +23,20 @@ import httpx
 from agent import model_store
 from agent.audio import load_audio
 from agent.clock import CallClock
-from agent.timing.call_recorder import CallRecorder
 from agent.llm.servers.llama import LlamaServer
 from agent.pipeline import run_pipeline
 from agent.reports.load import load_run
 from agent.settings import Settings, load_settings
 from agent.timing.budget import rounded_percentile
+from agent.timing.call_recorder import CallRecorder
 from agent.timing.callwav import load_thresholds, measure_call
 from agent.timing.record import TurnRecord
 from agent.timing.timeline import PART_STAGES
 from agent.transports.pacing import PacedOutput
 from agent.transports.replay import ReplayInput, ReplayTurn
-from benchmarks.clips import CLIPS, SAMPLES
 from benchmarks.results import write_json
 from benchmarks.stock_pipecat import build_stock_pipeline
+from tests.support.clips import CLIPS, SAMPLES
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -34,12 +34,12 @@ WHEELS=$(.venv/bin/python scripts/llama_wheel.py)
 
 .venv/bin/voice-agent models pull
 
-# Headless Chromium for the HTML report's render test (tests/test_reports.py skips without it).
+# Headless Chromium for the HTML report's render test (tests/reports/test_reports.py skips without it).
 if [ "$(id -u)" = 0 ]; then
   command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium) || echo "warning: chromium not installed; HTML render test will be skipped"
 fi
 
-# HAProxy for the worker pool (tests/test_pool.py skips, saying why, without it).
+# HAProxy for the worker pool (tests/live/test_pool.py skips, saying why, without it).
 if [ "$POOL" = 1 ] && ! command -v haproxy >/dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     (apt-get update -qq && apt-get install -y -qq haproxy) || echo "warning: haproxy not installed; the pool tests will be skipped"

@@ -16,7 +16,8 @@ import soxr
 from agent.audio import load_audio
 from agent.timing.callwav import load_thresholds, measure_call
 from agent.timing.timeline import EVENTS, STAGE_NAMES
-from tests.conftest import SAMPLES, wer
+from tests.support.clips import SAMPLES
+from tests.support.transcripts import wer
 
 pytestmark = pytest.mark.slow
 

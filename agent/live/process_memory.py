@@ -1,5 +1,5 @@
 """What keeps a serving process from growing: heap settings (``settle_heap``) and a full
-garbage collection at each call's end (``collect_call_garbage``); ``benchmarks.memory``
+garbage collection at each call's end (``collect_call_garbage``); ``tests.support.memory``
 measures the result."""
 
 from __future__ import annotations

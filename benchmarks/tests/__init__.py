@@ -1,0 +1,1 @@
+"""Tests of the benchmarks themselves (collected with the suite: pyproject testpaths)."""

@@ -1,0 +1,40 @@
+"""A server's HTTP side without a socket: requests as a client sends them, and the part of a
+websockets connection that ``process_request`` uses."""
+
+from __future__ import annotations
+
+import asyncio
+from http import HTTPStatus
+
+from websockets.datastructures import Headers
+from websockets.http11 import Request, Response
+
+TOKEN = "test-token-0123456789abcdef"
+PORT = 8765
+OWN = f"127.0.0.1:{PORT}"
+
+
+def request(path: str, **headers: str) -> Request:
+    """An upgrade or page request as a client sends it (Host defaults to the server's)."""
+    all_headers = Headers(Host=OWN)
+    for name, value in headers.items():
+        name = name.replace("_", "-")
+        if name in all_headers:
+            del all_headers[name]
+        all_headers[name] = value
+    return Request(path, all_headers)
+
+
+class FakeConnection:
+    """What ``process_request`` uses of a websockets ServerConnection."""
+
+    def __init__(self, host: str) -> None:
+        self.remote_address = (host, 40000)
+        loop = asyncio.get_running_loop()
+        self.connection_lost_waiter: asyncio.Future[None] = loop.create_future()
+
+    def respond(self, status: HTTPStatus, text: str) -> Response:
+        body = text.encode()  # with the headers websockets' own respond() sets
+        headers = Headers([("Content-Length", str(len(body))),
+                           ("Content-Type", "text/plain; charset=utf-8")])  # fmt: skip
+        return Response(status.value, status.phrase, headers, body)

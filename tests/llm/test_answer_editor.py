@@ -18,15 +18,16 @@ from pipecat.frames.frames import (
     LLMTextFrame,
 )
 from pipecat.processors.aggregators.llm_context import LLMContext
-from pipecat.tests.utils import SleepFrame, run_test
+from pipecat.tests.utils import SleepFrame
 
-from agent.clock import CallClock
+from agent.clock import ComputeClock
 from agent.llm.answer import AnswerEditor, Verdict, has_loop, is_echo, repeats
 from agent.llm.engines.chat import OpenAIChatEngine, Sampling
 from agent.llm.prompt import prompt_messages
 from agent.llm.service import StreamingLLM
 from agent.pipeline import llm_engine
 from agent.settings import Settings, load_settings
+from tests.support.compute_pace import run_paced
 from tests.support.fakes import ScriptedAnswers
 from tests.support.llm_stage import SETTINGS, history, spoken
 
@@ -280,14 +281,15 @@ def test_the_persona_comes_from_the_config_file(tmp_path):
 
 async def test_the_opening_is_the_same_bytes_first_in_every_request():
     engine = ScriptedAnswers("One thing.", "Another thing.", "A third thing.")
-    llm = StreamingLLM(engine, SETTINGS, CallClock())
+    clock = ComputeClock()
+    llm = StreamingLLM(engine, SETTINGS, clock)
     context = LLMContext(messages=history("Hi."))
     frames = [LLMContextFrame(context=context), SleepFrame(0.2)]
     for text in ("And?", "Then?"):
         frames += [LLMContextFrame(context=LLMContext(messages=[
             *context.messages, {"role": "assistant", "content": "ok."},
             {"role": "user", "content": text}])), SleepFrame(0.2)]  # fmt: skip
-    await run_test(llm, frames_to_send=frames)
+    await run_paced(llm, frames_to_send=frames, clock=clock)
     opening = SETTINGS.opening  # the system prompt, then the example exchanges
     assert opening[0] == {"role": "system", "content": SETTINGS.system_prompt}
     assert len(opening) == 1 + 2 * len(SETTINGS.examples) > 1
@@ -297,14 +299,16 @@ async def test_the_opening_is_the_same_bytes_first_in_every_request():
 
 async def test_the_greeting_is_spoken_first_when_asked_for():
     engine = ScriptedAnswers()
-    llm = StreamingLLM(engine, SETTINGS, CallClock(), greet=True)
-    down, _ = await run_test(llm, frames_to_send=[SleepFrame(0.1)])
+    clock = ComputeClock()
+    llm = StreamingLLM(engine, SETTINGS, clock, greet=True)
+    down, _ = await run_paced(llm, frames_to_send=[SleepFrame(0.1)], clock=clock)
     assert [type(f) for f in down[:3]] == [
         LLMFullResponseStartFrame, LLMTextFrame, LLMFullResponseEndFrame,
     ]  # fmt: skip
     assert down[1].text == SETTINGS.greeting and "Ava" in SETTINGS.greeting
-    quiet, _ = await run_test(StreamingLLM(engine, SETTINGS, CallClock()),
-                              frames_to_send=[SleepFrame(0.1)])  # fmt: skip
+    clock = ComputeClock()
+    quiet, _ = await run_paced(StreamingLLM(engine, SETTINGS, clock),
+                               frames_to_send=[SleepFrame(0.1)], clock=clock)  # fmt: skip
     assert not [f for f in quiet if isinstance(f, LLMTextFrame)]
     assert not engine.requests  # a greeting costs no model request
 

@@ -23,6 +23,7 @@ from agent.llm.engines.chat import InProcessLlama, OpenAIChatEngine
 from agent.llm.prompt import prompt_messages
 from agent.llm.service import StreamingLLM
 from agent.net import free_port
+from tests.support.compute_pace import run_paced
 from tests.support.fakes import ANSWER, ScriptedEngine
 
 
@@ -85,9 +86,10 @@ async def test_answer_streams_tokens_and_reports_cached_prefix(inprocess, settin
 async def test_engine_down_speaks_a_fallback_and_records_the_error(settings):
     port = free_port()  # nothing listens here once closed
     engine = OpenAIChatEngine(f"http://127.0.0.1:{port}/v1", "none", settings.llm)
-    llm = StreamingLLM(engine, settings.llm.model_copy(update={"keepalive_secs": 0}), CallClock())
-    down, _ = await run_test(
-        llm, frames_to_send=[pf.LLMContextFrame(context=context("Hello?")), SleepFrame(sleep=2)]
+    clock = ComputeClock()
+    llm = StreamingLLM(engine, settings.llm.model_copy(update={"keepalive_secs": 0}), clock)
+    down, _ = await run_paced(
+        llm, frames_to_send=[pf.LLMContextFrame(context=context("Hello?"))], clock=clock
     )
     said = [f.text for f in down if isinstance(f, pf.LLMTextFrame)]
     assert said == [settings.llm.fallback_lines[0]]
@@ -412,17 +414,17 @@ async def test_an_idle_call_keeps_its_conversation_in_the_in_process_cache(inpro
 # -- the same behaviours with a scripted engine: milliseconds, no model ---------------------
 
 
-def scripted_llm(engine: ScriptedEngine, settings, **update) -> StreamingLLM:
+def scripted_llm(engine: ScriptedEngine, settings, clock: CallClock, **update) -> StreamingLLM:
     return StreamingLLM(
-        engine, settings.llm.model_copy(update={"keepalive_secs": 0, **update}), CallClock()
+        engine, settings.llm.model_copy(update={"keepalive_secs": 0, **update}), clock
     )
 
 
 async def test_a_speculative_answer_is_held_then_released_whole(settings):
-    engine = ScriptedEngine()
+    engine, clock = ScriptedEngine(), ComputeClock()
     ask = context("What is the capital of France?")
-    down, _ = await run_test(
-        scripted_llm(engine, settings),
+    down, _ = await run_paced(
+        scripted_llm(engine, settings, clock),
         frames_to_send=[
             af.SpeculativeTurnFrame(messages=list(ask.messages)),
             SleepFrame(sleep=0.05),  # the whole answer is decoded while the turn is open
@@ -430,6 +432,7 @@ async def test_a_speculative_answer_is_held_then_released_whole(settings):
             pf.LLMContextFrame(context=ask),
             SleepFrame(sleep=0.05),
         ],
+        clock=clock,
     )
     marker = next(i for i, f in enumerate(down) if type(f) is pf.TextFrame)
     spoken = [i for i, f in enumerate(down) if isinstance(f, pf.LLMTextFrame)]
@@ -445,14 +448,12 @@ async def test_a_speculative_answer_is_held_then_released_whole(settings):
 async def test_a_pause_transcript_gets_the_engines_verdict_on_its_words(settings, speculate):
     """Upstream to turn detection, with the words it judged; then (when speculating) the
     answer those words would get, held."""
-    engine = ScriptedEngine(end_probability=0.01)
+    engine, clock = ScriptedEngine(end_probability=0.01), ComputeClock()
     ask = context("The difference in the rainbow")
-    down, up = await run_test(
-        scripted_llm(engine, settings, speculate=speculate),
-        frames_to_send=[
-            af.SpeculativeTurnFrame(messages=list(ask.messages)),
-            SleepFrame(sleep=0.05),
-        ],
+    down, up = await run_paced(
+        scripted_llm(engine, settings, clock, speculate=speculate),
+        frames_to_send=[af.SpeculativeTurnFrame(messages=list(ask.messages))],
+        clock=clock,
     )
     (verdict,) = [f for f in up if isinstance(f, af.EndOfMessageFrame)]
     assert verdict.probability == 0.01 and verdict.text == "The difference in the rainbow"
@@ -461,9 +462,11 @@ async def test_a_pause_transcript_gets_the_engines_verdict_on_its_words(settings
 
 
 async def test_the_caller_going_on_drops_the_speculation_and_counts_a_miss(settings):
-    engine = ScriptedEngine(token_secs=0.01)
-    down, _ = await run_test(
-        scripted_llm(engine, settings), frames_to_send=went_on_talking(0.03, 0.03, 0.2)
+    engine, clock = ScriptedEngine(), ComputeClock()
+    down, _ = await run_paced(
+        scripted_llm(engine, settings, clock),
+        frames_to_send=went_on_talking(0.03, 0.03, 0.2),
+        clock=clock,
     )
     assert [m[-1]["content"] for m in engine.requests] == [
         "What is the capital of France?", "What is the capital of France?", "Tell me about Spain."
@@ -475,26 +478,25 @@ async def test_the_caller_going_on_drops_the_speculation_and_counts_a_miss(setti
 
 
 async def test_a_barge_in_stops_decoding_at_the_next_token(settings):
-    engine = ScriptedEngine([f" w{i}" for i in range(200)], token_secs=0.005)
-    frames = [
-        pf.LLMContextFrame(context=context("Talk.")),
-        SleepFrame(sleep=0.1),
-        pf.InterruptionFrame(),
-    ]
-    down, _ = await run_test(
-        scripted_llm(engine, settings, max_tokens=200),
-        frames_to_send=[*frames, SleepFrame(sleep=0.1)],
+    engine, clock = ScriptedEngine([f" w{i}" for i in range(200)]), ComputeClock()
+    stopper = InterruptAtFirstToken()
+    down, _ = await run_paced(
+        Pipeline([scripted_llm(engine, settings, clock, max_tokens=200), stopper]),
+        frames_to_send=[pf.LLMContextFrame(context=context("Talk."))],
+        clock=clock,
     )
+    assert stopper.done
     received = [f for f in down if isinstance(f, pf.LLMTextFrame)]
     assert 0 < len(received) < 200
     assert len(received) <= engine.decoded <= len(received) + 1
 
 
 async def test_an_engine_failing_mid_answer_ends_it_with_the_fallback_and_the_error(settings):
-    engine = ScriptedEngine(fail_after=3)
-    down, _ = await run_test(
-        scripted_llm(engine, settings),
-        frames_to_send=[pf.LLMContextFrame(context=context("Hello?")), SleepFrame(sleep=0.05)],
+    engine, clock = ScriptedEngine(fail_after=3), ComputeClock()
+    down, _ = await run_paced(
+        scripted_llm(engine, settings, clock),
+        frames_to_send=[pf.LLMContextFrame(context=context("Hello?"))],
+        clock=clock,
     )
     texts = [f.text for f in down if isinstance(f, pf.LLMTextFrame)]
     # (how the first words are grouped into frames is the editor's business)
@@ -514,9 +516,11 @@ async def test_a_slow_first_token_fails_live_but_a_replay_waits_for_it(settings,
     llm = StreamingLLM(
         engine, settings.llm.model_copy(update={"keepalive_secs": 0, "timeout_secs": 0.1}), clock
     )
-    down, _ = await run_test(
-        llm, frames_to_send=[pf.LLMContextFrame(context=context("Hello?")), SleepFrame(sleep=0.5)]
-    )
+    ask = [pf.LLMContextFrame(context=context("Hello?"))]
+    if paced:  # the answer is all there once the stage has settled
+        down, _ = await run_paced(llm, frames_to_send=ask, clock=clock)
+    else:  # live, the limit is on the wall clock: the test waits past it
+        down, _ = await run_test(llm, frames_to_send=[*ask, SleepFrame(sleep=0.5)])
     said = "".join(f.text for f in down if isinstance(f, pf.LLMTextFrame))
     (usage,) = [f for f in down if isinstance(f, af.LLMUsageFrame)]
     if paced:
@@ -539,7 +543,8 @@ async def test_a_scripted_answer_pauses_while_the_first_phrase_is_synthesised(se
         yield from wait_until(resumed)
 
     await run_test(
-        Pipeline([scripted_llm(engine, settings, max_tokens=200, pause_for_first_phrase=pause),
+        Pipeline([scripted_llm(engine, settings, CallClock(), max_tokens=200,
+                               pause_for_first_phrase=pause),
                   synthesis]),
         frames_to_send=frames(),
     )  # fmt: skip

@@ -1,4 +1,5 @@
-"""The LLM stage on one request, with a scripted engine: what it would have spoken."""
+"""The LLM stage on one request, with a scripted engine: what it would have spoken (at compute
+pace: the answer is all there once the stage has settled)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,11 @@ from typing import Any
 
 from pipecat.frames.frames import LLMContextFrame, LLMFullResponseEndFrame, LLMTextFrame
 from pipecat.processors.aggregators.llm_context import LLMContext
-from pipecat.tests.utils import SleepFrame, run_test
 
-from agent.clock import CallClock
+from agent.clock import ComputeClock
 from agent.llm.service import StreamingLLM
 from agent.settings import LLMSettings
+from tests.support.compute_pace import run_paced
 from tests.support.fakes import ScriptedAnswers
 
 SETTINGS = LLMSettings(keepalive_secs=0)
@@ -23,10 +24,10 @@ def history(*pairs: str) -> list[dict]:
 
 
 async def spoken(engine: ScriptedAnswers, messages: list[dict], **settings: Any) -> str:
-    llm = StreamingLLM(engine, SETTINGS.model_copy(update=settings), CallClock())
-    down, _ = await run_test(
-        llm,
-        frames_to_send=[LLMContextFrame(context=LLMContext(messages=messages)), SleepFrame(0.3)],
+    clock = ComputeClock()
+    llm = StreamingLLM(engine, SETTINGS.model_copy(update=settings), clock)
+    down, _ = await run_paced(
+        llm, frames_to_send=[LLMContextFrame(context=LLMContext(messages=messages))], clock=clock
     )
     assert isinstance(down[-1], LLMFullResponseEndFrame)
     return "".join(f.text for f in down if isinstance(f, LLMTextFrame))

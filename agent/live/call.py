@@ -229,7 +229,7 @@ class LiveCall:
         self._details = details
         self._hang_up = asyncio.Event()
         self._end_reason = "the pipeline ended"
-        self._timer: TurnTimer | None = None
+        self.timer: TurnTimer | None = None
         self._input: LiveInput | None = None
         self._started = time.time()
         self._report_every = runtime.settings.report_every_turns
@@ -266,9 +266,9 @@ class LiveCall:
             build_pipeline, transport_in, transport_out, models=rt.models, engine=rt.engine,
             settings=self.settings, clock=self.clock, greeting=True,
         )  # fmt: skip
-        self._timer = TurnTimer(self.clock, rt.budget)
-        observer = CallObserver(self._timer, rt.budget, transport_out, self._emit,
-                                self._answered)  # fmt: skip
+        self.timer = TurnTimer(self.clock, rt.budget)
+        observer = CallObserver(self.timer, rt.budget, transport_out, self._emit,
+                                self.answer_finished)  # fmt: skip
         running = asyncio.ensure_future(run_pipeline(pipeline, rate=self.rate,
                                                      observers=[observer]))  # fmt: skip
         hung_up = asyncio.ensure_future(self._hang_up.wait())
@@ -294,22 +294,22 @@ class LiveCall:
             hung_up.cancel()
             if not running.done():
                 running.cancel()
-            records = self._finish()
+            records = self.finish()
         return records
 
     def _records(self, *, final: bool) -> list[TurnRecord]:
-        if self._timer is None:
+        if self.timer is None:
             return []
         if final:
-            return with_barge_in(self._timer.records())
-        return with_barge_in([t.record(self.runtime.budget) for t in self._timer.turns])
+            return with_barge_in(self.timer.records())
+        return with_barge_in([t.record(self.runtime.budget) for t in self.timer.turns])
 
-    def _answered(self) -> None:
+    def answer_finished(self) -> None:
         """An answer finished: save the turns so far; every N finished turns, summarise them."""
         records = self._records(final=False)
         self._write_turns(records)
-        finished = answered_turn(self._timer.turns) if self._timer is not None else None
-        self._hand_on(records[: settled_turns(self._timer.turns)] if self._timer else [])
+        finished = answered_turn(self.timer.turns) if self.timer is not None else None
+        self._hand_on(records[: settled_turns(self.timer.turns)] if self.timer else [])
         if not self._report_every or finished is None:
             return
         if finished.number >= self._reported + self._report_every:
@@ -330,7 +330,9 @@ class LiveCall:
         tmp.write_text(jsonl(records))
         tmp.replace(self.dir / "turns.jsonl")
 
-    def _finish(self) -> list[TurnRecord]:
+    def finish(self) -> list[TurnRecord]:
+        """Write the call's files (turns, call.wav, summary, call.json) and export its spans;
+        its records."""
         records = self._records(final=True)
         self._write_turns(records)
         self._hand_on(records)

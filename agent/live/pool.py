@@ -126,7 +126,7 @@ class Pool:
         self.host, self.port = host, port
         self.say = say
         gguf = model_store.resolve(settings.llm.model, "llm", settings.models_dir)
-        self.llm = LlamaServer(gguf, self._llm_settings(settings, workers, say))
+        self.llm = LlamaServer(gguf, self.llm_settings(settings, workers, say))
         env = {**os.environ, "VOICE_AGENT_LLM__ENGINE": "openai",
                "VOICE_AGENT_LLM__BASE_URL": self.llm.base_url,
                "VOICE_AGENT_LLM__BASE_URL_SERVER": "llama-server",  # sends repeat_penalty
@@ -150,7 +150,7 @@ class Pool:
                                max_call_secs=settings.serve_max_call_secs)  # fmt: skip
 
     @staticmethod
-    def _llm_settings(settings: Settings, workers: int, say: Callable[[str], None]) -> LLMSettings:
+    def llm_settings(settings: Settings, workers: int, say: Callable[[str], None]) -> LLMSettings:
         """The shared server's settings: one slot per call the pool admits
         (``serve_max_calls`` per worker) unless set, where llama.cpp's own server is
         installed (without it, answers queue at one slot). One worker with two calls needs

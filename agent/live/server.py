@@ -194,7 +194,8 @@ class CallServer:
         self._page_policy = page_policy(self._page.decode())
 
     @property
-    def _connections(self) -> int:
+    def connections(self) -> int:
+        """Connections open now, handshakes included: what ``max_calls`` counts."""
         return len(self._open)
 
     def bound(self, host: str, port: int) -> None:
@@ -216,7 +217,7 @@ class CallServer:
 
     @property
     def full(self) -> bool:
-        return self._connections >= self.max_calls
+        return self.connections >= self.max_calls
 
     def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         """Answer the probes, refuse what must not become a call, serve the page and the
@@ -547,7 +548,7 @@ async def serve_calls(
                 result = on_ready(bound)
                 if asyncio.iscoroutine(result):
                     await result
-            await server.drain.wait(stop, lambda: server._connections, server.say)
+            await server.drain.wait(stop, lambda: server.connections, server.say)
             if server.calls:
                 server.say(f"shutting down: hanging up {len(server.calls)} call(s)")
             ws_server.close()

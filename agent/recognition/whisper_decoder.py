@@ -410,7 +410,7 @@ class WhisperDecoder:
         )
         ids = result[0].sequences_ids[0]
         at_limit = self.tokenizer.eot not in ids and len(ids) >= max_length // 2
-        done, looped, cut_short = self._parse(ids, secs, window, at_limit, len(forced))
+        done, looped, cut_short = self.parse_tokens(ids, secs, window, at_limit, len(forced))
         done.no_speech_prob = float(result[0].no_speech_prob)
         if goes_on:
             done.goes_on = self._going_on(done.text, ids, result[0].logits[0])
@@ -450,7 +450,7 @@ class WhisperDecoder:
                 timed.append(Word(text, float(w["start"]), float(w["end"])))
         return timed[: len(done.text.split())]
 
-    def _parse(
+    def parse_tokens(
         self, ids: list[int], secs: float, window: float, at_limit: bool = False, forced: int = 0
     ) -> tuple[Pass, bool, bool]:
         """Segments from timestamp tokens, made-up text dropped; whether a loop was cut; and

@@ -194,7 +194,7 @@ def short(models, server, tmp_path_factory) -> Iterator[tuple[InProcessServer, D
 def answers_done(server: InProcessServer) -> int:
     """How many answers of the one call in progress have ended (their usage is recorded)."""
     (call,) = server.server.calls.values()
-    return sum(1 for turn in call._timer.turns if turn.llm) if call._timer else 0
+    return sum(1 for turn in call.timer.turns if turn.llm) if call.timer else 0
 
 
 def engine_of(server: InProcessServer) -> FailoverEngine:

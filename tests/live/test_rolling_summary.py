@@ -57,8 +57,7 @@ def run_call(
     every: int, records: list[TurnRecord], budget: Budget, tmp_path: Path
 ) -> tuple[LiveCall, list[dict[str, Any]]]:
     events: list[dict[str, Any]] = []
-    call = live_call(Settings(report_every_turns=every), budget, tmp_path)
-    call._emit = events.append
+    call = live_call(Settings(report_every_turns=every), budget, tmp_path, emit=events.append)
     for record in records:
         finish_turn(call, record)
     return call, [e for e in events if e["type"] == "summary"]
@@ -97,7 +96,7 @@ def test_every_n_finished_turns(records, budget, log_lines, tmp_path, every, rep
 def test_same_answer_finishing_twice_reports_once(records, budget, log_lines, tmp_path) -> None:
     """A barge-in and the bot's stop both finish the same answer: one summary, not two."""
     call, _ = run_call(1, records[:1], budget, tmp_path)
-    call._answered()
+    call.answer_finished()
     assert sum(m.startswith("rolling summary:") for m in log_lines) == 1
 
 

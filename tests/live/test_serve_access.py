@@ -113,7 +113,7 @@ async def test_handshakes_count_per_server_and_per_address_until_their_socket_cl
     assert server.process_request(FakeConnection("192.0.2.3"), request("/phone")).status_code == 503
     a[0].connection_lost_waiter.set_result(None)  # a handshake that never finished
     await asyncio.sleep(0)
-    assert server._connections == 2
+    assert server.connections == 2
     assert server.process_request(a[2], request("/phone")) is None
     # Twilio's own (signed) connections do not count against its address.
     b.connection_lost_waiter.set_result(None)

@@ -23,7 +23,7 @@ def call_counting(calls_dir: Path) -> tuple[LiveCall, list[TurnRecord]]:
     handed: list[TurnRecord] = []
     call = LiveCall(Runtime(settings, None, None, budget), calls_dir, kind="test",  # type: ignore[arg-type]
                     on_turns=handed.extend)  # fmt: skip
-    call._timer = TurnTimer(call.clock, budget)
+    call.timer = TurnTimer(call.clock, budget)
     return call, handed
 
 
@@ -43,27 +43,27 @@ def heard(turn: Turn) -> None:
 
 def test_a_turn_is_handed_on_once_its_answer_was_heard(tmp_path):
     call, handed = call_counting(tmp_path)
-    assert call._timer is not None
+    assert call.timer is not None
     turn = caller_turn(1)
-    call._timer.turns.append(turn)
-    call._answered()  # the greeting stopped after the caller's turn ended
+    call.timer.turns.append(turn)
+    call.answer_finished()  # the greeting stopped after the caller's turn ended
     assert handed == []
     heard(turn)
-    call._answered()  # the turn's own answer stopped
-    call._answered()  # and a barge-in finished it again: still once
+    call.answer_finished()  # the turn's own answer stopped
+    call.answer_finished()  # and a barge-in finished it again: still once
     assert [(r.turn, r.voice_to_voice_ms) for r in handed] == [(1, 900.0)]
 
 
 def test_a_turn_never_answered_is_handed_on_when_the_next_one_begins_or_the_call_ends(tmp_path):
     call, handed = call_counting(tmp_path)
-    assert call._timer is not None
-    call._timer.turns.append(caller_turn(1))
-    call._answered()  # its answer was cut off before it began
+    assert call.timer is not None
+    call.timer.turns.append(caller_turn(1))
+    call.answer_finished()  # its answer was cut off before it began
     assert handed == []
     second = caller_turn(2)
     second.events["turn_end"] = None  # the caller is still speaking
-    call._timer.turns.append(second)
-    call._answered()
+    call.timer.turns.append(second)
+    call.answer_finished()
     assert [(r.turn, r.voice_to_voice_ms) for r in handed] == [(1, None)]
-    call._finish()
+    call.finish()
     assert [r.turn for r in handed] == [1, 2]

@@ -64,13 +64,13 @@ def test_a_pool_gives_its_server_one_slot_per_call_it_admits(monkeypatch, tmp_pa
     monkeypatch.setattr(pool, "native_server", lambda: tmp_path / "llama-server")
     notes: list[str] = []
     settings = Settings(serve_max_calls=3)
-    assert Pool._llm_settings(settings, 2, notes.append).server_slots == 6
-    assert Pool._llm_settings(settings, 1, notes.append).server_slots == 3
+    assert Pool.llm_settings(settings, 2, notes.append).server_slots == 6
+    assert Pool.llm_settings(settings, 1, notes.append).server_slots == 3
     chosen = Settings(serve_max_calls=3, llm={"server_slots": 2})
-    assert Pool._llm_settings(chosen, 2, notes.append).server_slots == 2
+    assert Pool.llm_settings(chosen, 2, notes.append).server_slots == 2
     assert not notes
     monkeypatch.setattr(pool, "native_server", lambda: None)  # answers queue at one slot
-    assert Pool._llm_settings(settings, 1, notes.append).server_slots == 1
+    assert Pool.llm_settings(settings, 1, notes.append).server_slots == 1
     assert len(notes) == 1 and "scripts/setup.sh --pool" in notes[0]
 
 

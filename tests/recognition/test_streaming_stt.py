@@ -356,7 +356,7 @@ def test_a_closing_stamp_past_the_audio_keeps_real_words_and_drops_made_up_ones(
         words = decoder.tokenizer.encode(text)
         return [stamp + round(start / 0.02), *words, stamp + round(end / 0.02)]
 
-    real, looped, _ = decoder._parse(
+    real, looped, _ = decoder.parse_tokens(
         ids(0.0, " We must find a new home in the stars.", 5.0), 3.15, 3.65
     )
     assert real.text == "We must find a new home in the stars." and not looped
@@ -364,7 +364,7 @@ def test_a_closing_stamp_past_the_audio_keeps_real_words_and_drops_made_up_ones(
     # Eleven words in the last second of audio, stamped past it: made up.
     tail = ids(0.0, " We must find a new home.", 1.5)
     tail += ids(2.1, " Thank you so much for watching and see you next time.", 5.0)
-    made_up, _, _ = decoder._parse(tail, 3.15, 3.65)
+    made_up, _, _ = decoder.parse_tokens(tail, 3.15, 3.65)
     assert made_up.text == "We must find a new home."
 
 
@@ -402,7 +402,7 @@ def test_a_restart_cut_by_the_limit_is_dropped_and_real_text_cut_by_it_is_flagge
         return [stamp + round(start / 0.02), *decoder.tokenizer.encode(text), *closing]
 
     home = ids(0.0, " We must find a new home in the stars.", 2.72)
-    restart, _, cut = decoder._parse(home + ids(2.72, " We must", None), 3.2, 3.7, True)
+    restart, _, cut = decoder.parse_tokens(home + ids(2.72, " We must", None), 3.2, 3.7, True)
     assert restart.text == "We must find a new home in the stars." and not cut
-    more, _, cut = decoder._parse(home + ids(2.72, " Soon we", None), 3.2, 3.7, True)
+    more, _, cut = decoder.parse_tokens(home + ids(2.72, " Soon we", None), 3.2, 3.7, True)
     assert more.text == "We must find a new home in the stars. Soon we" and cut

@@ -120,7 +120,7 @@ class InProcessServer:
         return self.run(count())
 
     def connections(self) -> int:
-        return self.server._connections
+        return self.server.connections
 
     def calls(self, kind: str) -> list[Path]:
         return sorted(self.server.calls_dir.glob(f"*-{kind}-*"))

@@ -6,9 +6,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from agent.live.call import LiveCall, Runtime
+from agent.live.call import Event, LiveCall, Runtime
 from agent.reports.load import load_run
 from agent.settings import PROJECT_ROOT, Settings
 from agent.timing.budget import Budget, load_budget
@@ -33,10 +34,13 @@ def replay_records(
     return records
 
 
-def live_call(settings: Settings, budget: Budget, calls_dir: Path) -> LiveCall:
+def live_call(
+    settings: Settings, budget: Budget, calls_dir: Path, emit: Callable[[Event], None] | None = None
+) -> LiveCall:
     """A LiveCall ready for turns (no models: only its bookkeeping runs)."""
-    call = LiveCall(Runtime(settings, None, None, budget), calls_dir, kind="test")  # type: ignore[arg-type]
-    call._timer = TurnTimer(call.clock, budget)
+    runtime = Runtime(settings, None, None, budget)  # type: ignore[arg-type]
+    call = LiveCall(runtime, calls_dir, kind="test", emit=emit)
+    call.timer = TurnTimer(call.clock, budget)
     return call
 
 
@@ -54,9 +58,9 @@ def turn_from(record: TurnRecord) -> Turn:
 
 def finish_turn(call: LiveCall, record: TurnRecord) -> None:
     """The recorded turn happens in the call, then its answer finishes."""
-    assert call._timer is not None
-    call._timer.turns.append(turn_from(record))
-    call._answered()
+    assert call.timer is not None
+    call.timer.turns.append(turn_from(record))
+    call.answer_finished()
 
 
 def default_budget() -> Budget:

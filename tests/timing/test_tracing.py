@@ -183,7 +183,7 @@ def test_live_call_exports_when_it_ends(replayed, collector, tmp_path) -> None:
     call = live_call(Settings(otel_endpoint=collector.url), default_budget(), tmp_path)
     for record in records:
         finish_turn(call, record)
-    call._finish()
+    call.finish()
     assert call._tracer is not None and call._tracer.flush()
     turns = [s for s in collector.spans() if s.name == "turn" and _attr(s, "call.id") == call.id]
     assert len(turns) == len(records)

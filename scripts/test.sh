@@ -7,7 +7,7 @@ bash scripts/setup.sh --pool  # HAProxy too, for the worker pool's tests
 if [ "${VOICE_AGENT_TEST_VLLM:-}" = 1 ]; then
   bash scripts/setup_vllm.sh
 fi
-.venv/bin/ruff check agent benchmarks tests scripts
+.venv/bin/ruff check agent benchmarks tests scripts conftest.py
 set +e
 .venv/bin/python -m pytest "$@"
 status=$?

@@ -4,6 +4,7 @@ can be read (and replaced) knowing only what sits below it."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -83,8 +84,16 @@ def violations(modules: dict[str, set[str]]) -> list[str]:
     return problems
 
 
+@functools.cache
+def _parsed() -> tuple[tuple[str, frozenset[str]], ...]:
+    return tuple(
+        (module_name(path), frozenset(imported(path))) for path in sorted(PACKAGE.rglob("*.py"))
+    )
+
+
 def agent_modules() -> dict[str, set[str]]:
-    return {module_name(path): imported(path) for path in sorted(PACKAGE.rglob("*.py"))}
+    """Every module of ``agent`` and what it imports (parsed once a session; a fresh dict)."""
+    return {module: set(targets) for module, targets in _parsed()}
 
 
 def test_imports_only_point_down() -> None:

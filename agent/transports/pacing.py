@@ -9,6 +9,7 @@ recording's bot channel and mark the turn's output events on the timeline.
 from __future__ import annotations
 
 import asyncio
+import math
 
 from pipecat.frames.frames import Frame, InterruptionFrame, OutputAudioRawFrame, StartFrame
 from pipecat.processors.frame_processor import FrameDirection
@@ -34,12 +35,17 @@ class PacedOutput(BaseOutputTransport):
         super().__init__(
             # No end silence: the recording ends with the bot's last real sample. 20 ms
             # chunks (pipecat's default is 40): what is already sent when the caller barges
-            # in plays out, so smaller chunks stop the bot sooner.
+            # in plays out, so smaller chunks stop the bot sooner. No write timeout: a write
+            # waits on this class's own clock (a hold, the simulated device, a compute-paced
+            # step on a loaded machine), never on a peer; pipecat's would take a long wait for
+            # a peer that stopped reading and drop all later audio (LiveOutput bounds its
+            # sends to a real listener itself).
             TransportParams(
                 audio_out_enabled=True,
                 audio_out_sample_rate=rate,
                 audio_out_end_silence_secs=0,
                 audio_out_10ms_chunks=2,
+                audio_out_write_timeout_secs=math.inf,
             ),  # fmt: skip
         )
         self._clock = clock

@@ -3,12 +3,15 @@ where the listener is, a hold pauses it; timed on the call clock, no model neede
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import pytest
 import soundfile as sf
 from pipecat.frames.frames import InterruptionFrame, OutputAudioRawFrame
 from pipecat.tests.utils import SleepFrame
+from pipecat.transports.base_transport import TransportParams
 
 from agent.clock import ComputeClock
 from agent.frames import HoldBotAudioFrame, TimelineEventFrame
@@ -109,3 +112,28 @@ async def test_an_answer_held_before_it_began_is_dropped_unheard_by_the_caller_s
     )
     assert events(down, "first_audio_out") == events(down, "interrupted") == []
     assert not np.any(bot_channel(recorder, tmp_path / "call.wav"))
+
+
+
+@pytest.fixture
+def no_time_to_write() -> Iterator[None]:
+    """Pipecat's write timeout at 0 s: any write that has to wait at all times out."""
+    field = TransportParams.model_fields["audio_out_write_timeout_secs"]
+    saved, field.default = field.default, 0.0
+    TransportParams.model_rebuild(force=True)
+    yield
+    field.default = saved
+    TransportParams.model_rebuild(force=True)
+
+
+async def test_no_wall_clock_limit_on_a_write(no_time_to_write: None) -> None:
+    """A write waits on the pacing's own clock (a hold, the simulated device, a compute step
+    on a loaded machine): pipecat's write timeout, which takes a slow write for a peer that
+    stopped reading and drops all later audio, must not apply to it."""
+    clock, recorder = ComputeClock(), CallRecorder(RATE)
+    held = [bot_audio(0.6), SleepFrame(sleep=0.2), HoldBotAudioFrame(hold=True), SleepFrame(0.4)]
+    released = [HoldBotAudioFrame(hold=False), SleepFrame(sleep=0.8)]
+    down, _ = await run_paced(
+        PacedOutput(clock, recorder, rate=RATE), frames_to_send=held + released, clock=clock
+    )
+    assert events(down, "bot_audio_end")[-1] - events(down, "first_audio_out")[0] >= 900

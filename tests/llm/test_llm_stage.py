@@ -17,8 +17,8 @@ from pipecat.tests.utils import SleepFrame, run_test
 from agent import frames as af
 from agent import model_store
 from agent.clock import CallClock, ComputeClock
-from agent.llm import engines
 from agent.llm.context import UserTurnAggregator
+from agent.llm.engines import chat as chat_engine
 from agent.llm.engines.chat import InProcessLlama, OpenAIChatEngine
 from agent.llm.prompt import prompt_messages
 from agent.llm.service import StreamingLLM
@@ -356,7 +356,7 @@ async def test_decoding_pauses_while_the_first_phrase_is_synthesised(
     inprocess, settings, pause, monkeypatch
 ):
     # a pause outlasts the phrase, so a token after it is the resume's, not the pause's limit
-    monkeypatch.setattr(engines, "MAX_PAUSE_SECS", 2 * FirstPhraseSynthesis.BUSY_SECS)
+    monkeypatch.setattr(chat_engine, "MAX_PAUSE_SECS", 2 * FirstPhraseSynthesis.BUSY_SECS)
     s = settings.llm.model_copy(
         update={
             "keepalive_secs": 0,

@@ -154,7 +154,7 @@ def _print_verdict(summary: dict[str, Any], run_dir: Path) -> None:
     head, _, verdict = first.rpartition(" ")
     out.print(f"{head} [{colour}]{verdict}[/{colour}]", highlight=False)
     for line in over:
-        out.print(f"  [red]{line}[/red]", highlight=False)
+        out.print(f"[red]{line}[/red]", highlight=False)
     out.print(report, highlight=False)
 
 

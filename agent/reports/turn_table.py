@@ -68,7 +68,8 @@ def turn_table(records: list[TurnRecord], title: str, *, wide: bool = False) -> 
         table.add_column(name if wide else SHORT_NAMES[name], justify="right", no_wrap=True)
     table.add_column("budget", no_wrap=True)
     for r in records:
-        texts = [r.user_text, r.bot_text] if wide else [f"{r.user_text}\n→ {r.bot_text}"]
+        heard, said = r.user_text or "–", r.bot_text or "–"
+        texts = [heard, said] if wide else [f"{heard}\n→ {said}"]
         failed = any(v == "fail" for v in r.budget.values())
         verdict = Text("over", style="red") if failed else Text("ok", style="green")
         table.add_row(str(r.turn), *texts, *(_stage_cell(r, n) for n in REPORT_ORDER), verdict)

@@ -66,8 +66,5 @@ def verdict_lines(summary: dict[str, Any], run_dir: Path | None = None) -> list[
         *(f"over budget: {line}" for line in summary["violations"]),
     ]
     if run_dir is not None:
-        lines.append(
-            f"turn by turn, with charts: voice-agent report {run_dir} "
-            f"(writes {run_dir / 'report.html'})"
-        )
+        lines.append(f"each turn, charted: `voice-agent report {run_dir}` writes report.html there")
     return lines

@@ -102,8 +102,8 @@ def test_the_verdict_says_which_stages_went_over_and_by_how_much():
     assert [line.split()[0] for line in over] == ["voice_to_voice", "endpointing", "llm_ttft"]
     assert over[1] == endp[0]
     assert over[2].startswith("llm_ttft p50 647 ms, budget 80 ms: 567 ms over (p95 ")
-    assert lines[-1] == (
-        "turn by turn, with charts: voice-agent report runs/demo (writes runs/demo/report.html)"
+    assert (
+        lines[-1] == "each turn, charted: `voice-agent report runs/demo` writes report.html there"
     )
     assert all(cell_len(line) <= 100 for line in lines)
 

@@ -174,7 +174,7 @@ class AccessPolicy:
             return Decision(route, HTTPStatus.FORBIDDEN, "host not served here")
         if route in (PHONE, BROWSER) and not self._origin_allowed(request, route):
             return Decision(route, HTTPStatus.FORBIDDEN,
-                            "origin not allowed: add it to serve_allowed_origins")  # fmt: skip
+                            "origin not allowed: add it to serve.allowed_origins")  # fmt: skip
         signature = headers.get("X-Twilio-Signature")
         if route == PHONE and signature is not None and self._twilio is not None:
             url = (self._public_url or "") + request.path

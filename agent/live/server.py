@@ -120,13 +120,13 @@ def check_serve_security(
         )
     if token is None and not is_loopback(host):
         raise UserError(
-            f"refusing to serve on {host} without a token: set VOICE_AGENT_SERVE_TOKEN "
+            f"refusing to serve on {host} without a token: set VOICE_AGENT_SERVE__TOKEN "
             "(or --token), or serve on 127.0.0.1"
         )
     if token is None and public_url and not twilio:
         raise UserError(
-            "refusing to serve at a public URL (serve_public_url) without a token: set "
-            "VOICE_AGENT_SERVE_TOKEN or VOICE_AGENT_SERVE_TWILIO_AUTH_TOKEN"
+            "refusing to serve at a public URL (serve.public_url) without a token: set "
+            "VOICE_AGENT_SERVE__TOKEN or VOICE_AGENT_SERVE__TWILIO_AUTH_TOKEN"
         )
 
 

@@ -9,6 +9,10 @@ The token may come as ``Authorization: Bearer``, ``?token=``, a path segment
 on ``/phone``, as the stream's ``token`` parameter in the ``start`` message
 (``start_token``: checked by the server before the call is built). A Twilio-signed upgrade
 (``X-Twilio-Signature``, Twilio's published HMAC-SHA1 over the public URL) needs no token.
+
+Signature-only mode (no token; a public URL and a Twilio auth token): ``/phone`` needs a valid
+signature and every other route, which would need the token, is refused, whatever proxy
+headers the request carries or lacks (behind a TCP tunnel there are none to tell by).
 """
 
 from __future__ import annotations
@@ -117,6 +121,11 @@ class AccessPolicy:
     def token(self) -> bytes | None:
         return self._token
 
+    @property
+    def signature_only(self) -> bool:
+        """No token, but Twilio's signature: only Twilio-signed ``/phone`` upgrades get in."""
+        return self._token is None and self._twilio is not None and self._public_url is not None
+
     def bound(self, host: str, port: int) -> None:
         """Learn the address listened on: the server's own origins and Host names follow."""
         names = {host}
@@ -181,6 +190,10 @@ class AccessPolicy:
             if not self._public_url or not valid_twilio_signature(self._twilio, url, signature):
                 return Decision(route, HTTPStatus.FORBIDDEN, "bad Twilio signature")
             signed = True
+        if self.signature_only and not signed:
+            reason = "Twilio signature required" if route == PHONE else (
+                "no serve token is set: only Twilio-signed /phone calls are served")  # fmt: skip
+            return Decision(route, HTTPStatus.FORBIDDEN, reason)
         proxied = "Forwarded" in headers or "X-Forwarded-For" in headers
         if self._token is None and proxied and not signed:
             return Decision(route, HTTPStatus.FORBIDDEN,

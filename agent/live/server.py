@@ -544,6 +544,10 @@ async def serve_calls(
                 f"serving on http://{host}:{bound}/ (phone: ws://{host}:{bound}/phone, "
                 f"browser page: http://{host}:{bound}/); calls in {server.calls_dir}/"
             )
+            if server.access.signature_only:
+                server.say("signature-only mode (no serve token): only Twilio-signed /phone "
+                           "calls are served, and /, /browser and /metrics are refused; set "
+                           "VOICE_AGENT_SERVE__TOKEN to open them")  # fmt: skip
             if on_ready is not None:
                 result = on_ready(bound)
                 if asyncio.iscoroutine(result):

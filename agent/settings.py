@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from contextvars import ContextVar
+from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,39 +35,15 @@ from agent.yaml_file import read_yaml
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
-SYSTEM_PROMPT = (
-    "You are {bot_name}, a friendly phone assistant. The caller's words come from speech "
-    "recognition. Respond with a short, natural spoken reply (one or two sentences) that adds "
-    "something new; do not echo what they said. You can talk and answer questions, but you "
-    "cannot book, order, send or look anything up: say so when asked. Plain words only, no "
-    "lists, markdown or emoji."
-)
-GREETING = "Hi, this is {bot_name}. How can I help you?"
-# Shown as earlier exchanges of the call: told something rather than asked, a small model
-# rewords the caller's words back; an exchange that reacts and asks shows it what to do.
-EXAMPLES = (
-    ("I had a really long day today.", "Sorry to hear that. What kept you so busy?"),
-    (
-        "The train was late again this morning.",
-        "That is annoying. Did it make you late for anything?",
-    ),
-)
-# Said without "the caller": told to "answer the caller again", the model answered in the
-# third person, reading the caller's words back ("The caller could scoop these things ...").
-RETRY_NOTE = "Say something new in your own words and ask a short question about it."
-# Said in turn, so that a call that needs the fallback twice does not hear the same words twice.
-# When the model has nothing new to say to a statement, the bot heard it: asking the caller
-# to say it again would be wrong, so it acknowledges and lets them go on.
-ACKNOWLEDGEMENT_LINES = (
-    "Got it. Anything else?",
-    "I see. Tell me more.",
-    "Okay. What else is on your mind?",
-)
-FALLBACK_LINES = (
-    "Sorry, I lost my train of thought. Could you say that again?",
-    "I didn't quite get that. Could you put it another way?",
-    "Let's try once more: what would you like to know?",
-)
+
+def _default_persona() -> dict[str, Any]:
+    """The persona shipped in the package (agent/personas/default.yaml): its texts are edited
+    as prose there, and a config file's ``llm:`` section overrides any of them."""
+    path = Path(str(resources.files("agent").joinpath("personas", "default.yaml")))
+    return read_yaml(path, "persona file")
+
+
+PERSONA = _default_persona()
 
 
 def _default_models_dir() -> Path:
@@ -327,33 +304,37 @@ class LLMSettings(BaseModel):
     presence_penalty: float = Field(0.0, ge=-2, le=2, description="OpenAI presence_penalty")
     frequency_penalty: float = Field(0.0, ge=-2, le=2, description="OpenAI frequency_penalty")
     history_turns: int = Field(4, ge=0, description="user/assistant pairs kept in the prompt")
-    bot_name: str = Field("Ava", description="the bot's name; {bot_name} in the texts below")
+    bot_name: str = Field(
+        PERSONA["bot_name"], description="the bot's name; {bot_name} in the texts below"
+    )
     system_prompt: str = Field(
-        SYSTEM_PROMPT, description="static instructions, sent first and byte-identical every turn"
+        PERSONA["system_prompt"],
+        description="static instructions, sent first and byte-identical every turn",
     )
     examples: list[Example] = Field(
-        [Example(caller=c, answer=a) for c, a in EXAMPLES],
+        [Example(**example) for example in PERSONA["examples"]],
         description="example exchanges sent after the system prompt, as if earlier in the "
         "call (static, so cached with it); the bot never says their lines itself; [] none",
     )
     greeting: str = Field(
-        GREETING, description="spoken first when a live call starts (replay: --greeting); '' none"
+        PERSONA["greeting"],
+        description="spoken first when a live call starts (replay: --greeting); '' none",
     )
     fallback_lines: list[str] = Field(
-        list(FALLBACK_LINES),
+        PERSONA["fallback_lines"],
         min_length=1,
         validation_alias=AliasChoices("fallback_lines", "fallback_line"),
         description="spoken when the engine fails or has nothing new to say: the first not "
         "yet said in the call (one line or a list; fallback_line is the same setting)",
     )
     acknowledgement_lines: list[str] = Field(
-        list(ACKNOWLEDGEMENT_LINES),
+        PERSONA["acknowledgement_lines"],
         min_length=1,
         description="spoken when the model has nothing new to say to a caller's statement "
         "(a question gets a fallback line): the first not yet said in the call",
     )
     retry_note: str = Field(
-        RETRY_NOTE,
+        PERSONA["retry_note"],
         description="an instruction after the caller's words when an answer is asked again "
         "because it had nothing new to say ('' none; the second try also samples)",
     )

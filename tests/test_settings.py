@@ -46,6 +46,15 @@ def test_null_in_the_environment_turns_an_option_off(monkeypatch):
     assert load_settings().turn.lull_pass_ms is None
 
 
+def test_a_list_in_the_environment_that_is_not_json_is_one_clear_error(monkeypatch):
+    monkeypatch.delenv("VOICE_AGENT_CONFIG", raising=False)
+    monkeypatch.setenv("VOICE_AGENT_LLM__FALLBACK_LINES", "Sorry?")
+    with pytest.raises(UserError, match="field \"llm\".*written as JSON"):
+        load_settings()
+    monkeypatch.setenv("VOICE_AGENT_LLM__FALLBACK_LINES", '["Sorry?"]')
+    assert load_settings().llm.fallback_lines == ["Sorry?"]
+
+
 def test_a_phone_call_has_its_own_lean_threshold_and_narrowband_vad(monkeypatch):
     monkeypatch.delenv("VOICE_AGENT_CONFIG", raising=False)
     monkeypatch.setenv("VOICE_AGENT_TURN__SMART_TURN_LEAN", "0.4")

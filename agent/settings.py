@@ -7,6 +7,7 @@ file (``--config`` or ``VOICE_AGENT_CONFIG``), then the defaults, which work off
 
 from __future__ import annotations
 
+import json
 import os
 from contextvars import ContextVar
 from importlib import resources
@@ -528,6 +529,98 @@ class TTSSettings(BaseModel):
     )
 
 
+class ServeSettings(BaseModel):
+    """Who may call ``voice-agent serve`` and how many at once (docs/security.md).
+
+    Environment: ``VOICE_AGENT_SERVE__TOKEN`` (the older ``VOICE_AGENT_SERVE_TOKEN`` spelling,
+    and a flat ``serve_token`` key in the config file, still work).
+    """
+
+    # SecretStr: `voice-agent config` and any repr print it as '**********'.
+    token: SecretStr | None = Field(
+        None,
+        description="shared secret every `serve` connection must present ('Authorization: "
+        "Bearer', the /phone/<token> path or the start message's token parameter); required "
+        "when serving on a non-loopback address",
+    )
+    allowed_origins: list[str] = Field(
+        default_factory=list,
+        description="browser origins allowed on /browser besides the server's own",
+    )
+    max_calls: int = Field(8, ge=1, description="calls served at once; more get HTTP 503")
+    max_call_secs: float = Field(
+        1800.0, gt=0, description="a live call is ended (files written) after this long"
+    )
+    max_calls_per_address: int = Field(
+        4,
+        ge=1,
+        description="calls at once from one client address (Twilio-signed calls "
+        "are not counted); more get HTTP 503",
+    )
+    drain_secs: float = Field(
+        60.0,
+        ge=0,
+        description="on SIGTERM, calls in progress may go on this long (no new call is "
+        "taken; /readyz says 503); then they are hung up and the server exits",
+    )
+    no_media_secs: float = Field(
+        5.0, gt=0, description="a live call whose client sends no audio this long is hung up"
+    )
+    public_url: str | None = Field(
+        None,
+        description="the public base URL callers reach the server at (e.g. "
+        "wss://voice.example.com, the proxy's address): signs Twilio's requests, names the "
+        "page's origin; a token or a Twilio auth token is then required",
+    )
+    twilio_auth_token: SecretStr | None = Field(
+        None,
+        description="your Twilio auth token: /phone upgrades signed with it "
+        "(X-Twilio-Signature over public_url) need no serve token",
+    )
+
+
+class RetentionSettings(BaseModel):
+    """How much of ``calls/`` is kept (``agent.live.retention``).
+
+    Environment: ``VOICE_AGENT_RETENTION__MAX_BYTES`` (the older ``VOICE_AGENT_CALLS_MAX_BYTES``
+    spelling, and a flat ``calls_max_bytes`` key in the config file, still work).
+    """
+
+    max_bytes: ByteSize | None = Field(
+        ByteSize(5 * 1024**3), description="oldest call folders go once calls/ is larger"
+    )
+    max_count: int | None = Field(10000, ge=1, description="oldest call folders go past this many")
+    max_age_days: float | None = Field(
+        30.0, gt=0, description="call folders older than this are removed"
+    )
+    min_free_bytes: ByteSize = Field(
+        ByteSize(512 * 1024**2),
+        description="calls are not recorded (call.wav) with less "
+        "free disk space than this; the call still goes on",
+    )
+
+
+# The flat names these groups had before (``serve_token``, ``calls_max_bytes``): still read
+# from the environment (``VOICE_AGENT_SERVE__TOKEN``) and the config file.
+LEGACY_PREFIXES: dict[str, tuple[str, type[BaseModel]]] = {
+    "serve": ("serve_", ServeSettings),
+    "retention": ("calls_", RetentionSettings),
+}
+
+
+def nest_legacy(flat: dict[str, Any]) -> dict[str, Any]:
+    """Settings with the groups' old flat names (``serve_token``) moved into their group;
+    where both are given, the group's own name wins."""
+    data = dict(flat)
+    for group, (prefix, model) in LEGACY_PREFIXES.items():
+        old = [k for k in data if k.startswith(prefix) and k[len(prefix) :] in model.model_fields]
+        moved = {key[len(prefix) :]: data.pop(key) for key in old}
+        if moved:
+            given = data.get(group)
+            data[group] = {**moved, **given} if isinstance(given, dict) else given or moved
+    return data
+
+
 class Settings(BaseSettings):
     """Effective settings of one agent process."""
 
@@ -569,60 +662,8 @@ class Settings(BaseSettings):
         "each turn and its stages as OpenTelemetry spans; unset disables",
     )
 
-    # SecretStr: `voice-agent config` and any repr print it as '**********'.
-    serve_token: SecretStr | None = Field(
-        None,
-        description="shared secret every `serve` connection must present (?token= or "
-        "'Authorization: Bearer'); required when serving on a non-loopback address",
-    )
-    serve_allowed_origins: list[str] = Field(
-        default_factory=list,
-        description="browser origins allowed on /browser besides the server's own",
-    )
-    serve_max_calls: int = Field(8, ge=1, description="calls served at once; more get HTTP 503")
-    serve_max_call_secs: float = Field(
-        1800.0, gt=0, description="a live call is ended (files written) after this long"
-    )
-    serve_max_calls_per_address: int = Field(
-        4,
-        ge=1,
-        description="calls at once from one client address (Twilio-signed calls "
-        "are not counted); more get HTTP 503",
-    )
-    serve_drain_secs: float = Field(
-        60.0,
-        ge=0,
-        description="on SIGTERM, calls in progress may go on this long (no new call is "
-        "taken; /readyz says 503); then they are hung up and the server exits",
-    )
-    serve_no_media_secs: float = Field(
-        5.0, gt=0, description="a live call whose client sends no audio this long is hung up"
-    )
-    serve_public_url: str | None = Field(
-        None,
-        description="the public base URL callers reach the server at (e.g. "
-        "wss://voice.example.com, the proxy's address): signs Twilio's requests, names the "
-        "page's origin; a token or a Twilio auth token is then required",
-    )
-    serve_twilio_auth_token: SecretStr | None = Field(
-        None,
-        description="your Twilio auth token: /phone upgrades signed with it "
-        "(X-Twilio-Signature over serve_public_url) need no serve token",
-    )
-    calls_max_bytes: ByteSize | None = Field(
-        ByteSize(5 * 1024**3), description="oldest call folders go once calls/ is larger"
-    )
-    calls_max_count: int | None = Field(
-        10000, ge=1, description="oldest call folders go past this many"
-    )
-    calls_max_age_days: float | None = Field(
-        30.0, gt=0, description="call folders older than this are removed"
-    )
-    calls_min_free_bytes: ByteSize = Field(
-        ByteSize(512 * 1024**2),
-        description="calls are not recorded (call.wav) with less "
-        "free disk space than this; the call still goes on",
-    )
+    serve: ServeSettings = ServeSettings()
+    retention: RetentionSettings = RetentionSettings()
 
     def for_phone(self) -> Settings:
         """These settings for a phone call's audio (8 kHz: see ``phone_smart_turn_lean`` and
@@ -651,7 +692,30 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return init_settings, env_settings, _ConfigFileSource(settings_cls)
+        return (
+            init_settings,
+            env_settings,
+            _LegacyEnvSource(settings_cls),
+            _ConfigFileSource(settings_cls),
+        )
+
+
+class _LegacyEnvSource(PydanticBaseSettingsSource):
+    """The groups' old environment names (``VOICE_AGENT_SERVE_TOKEN``,
+    ``VOICE_AGENT_CALLS_MAX_BYTES``), under the new ones (``VOICE_AGENT_SERVE__TOKEN``)."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        flat: dict[str, Any] = {}
+        for prefix, model in LEGACY_PREFIXES.values():
+            for name in model.model_fields:
+                value = os.environ.get(f"VOICE_AGENT_{prefix}{name}".upper())
+                if value is not None:  # a list comes as JSON, as pydantic-settings reads it
+                    parsed = json.loads(value) if value.startswith("[") else value
+                    flat[prefix + name] = None if value == "null" else parsed
+        return nest_legacy(flat)
 
 
 # The config file ``load_settings`` was given, for the one Settings it builds: passed down
@@ -670,7 +734,7 @@ class _ConfigFileSource(PydanticBaseSettingsSource):
         path = _CONFIG_FILE.get() or os.environ.get("VOICE_AGENT_CONFIG")
         if not path:
             return {}
-        return read_config_file(Path(path))
+        return nest_legacy(read_config_file(Path(path)))
 
 
 def read_config_file(path: Path) -> dict[str, Any]:

@@ -69,8 +69,8 @@ class ASRSettings(BaseModel):
     )
     language: str | None = Field(
         "en",
-        description="the language Whisper writes (an ISO code); null: Whisper guesses it on "
-        "each pass, which a word or two is too short for",
+        description="the language a multilingual Whisper model is told it hears (an ISO code), "
+        "so no pass spends time guessing it; an .en model hears English only",
     )
     compute_type: str = Field(
         "int8",
@@ -130,8 +130,8 @@ class TurnSettings(BaseModel):
         0.15,
         ge=0.02,
         json_schema_extra=KNOB,
-        description="voice the VAD must hear this long before a turn starts (over the bot: "
-        "before it counts as a barge-in), so a click opens nothing",
+        description="voice the VAD must hear this long before it says speech started (a turn "
+        "opens), so a click opens nothing",
     )
     vad_stop_secs: float = Field(
         0.15,

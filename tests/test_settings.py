@@ -46,6 +46,15 @@ def test_null_in_the_environment_turns_an_option_off(monkeypatch):
     assert load_settings().turn.lull_pass_ms is None
 
 
+def test_a_list_in_the_environment_that_is_not_json_is_one_clear_error(monkeypatch):
+    monkeypatch.delenv("VOICE_AGENT_CONFIG", raising=False)
+    monkeypatch.setenv("VOICE_AGENT_LLM__FALLBACK_LINES", "Sorry?")
+    with pytest.raises(UserError, match="field \"llm\".*written as JSON"):
+        load_settings()
+    monkeypatch.setenv("VOICE_AGENT_LLM__FALLBACK_LINES", '["Sorry?"]')
+    assert load_settings().llm.fallback_lines == ["Sorry?"]
+
+
 def test_a_phone_call_has_its_own_lean_threshold_and_narrowband_vad(monkeypatch):
     monkeypatch.delenv("VOICE_AGENT_CONFIG", raising=False)
     monkeypatch.setenv("VOICE_AGENT_TURN__SMART_TURN_LEAN", "0.4")
@@ -99,7 +108,7 @@ def test_config_prints_no_secret(tmp_path):
     """The API key and a URL's password are secrets: `voice-agent config` masks them."""
     env = {**os.environ, "VOICE_AGENT_LLM__API_KEY": "sk-x",
            "VOICE_AGENT_LLM__BASE_URL": "https://bob:hunter2-pw@llm.example/v1",
-           "VOICE_AGENT_SERVE_TWILIO_AUTH_TOKEN": "twilio-secret-tok"}  # fmt: skip
+           "VOICE_AGENT_SERVE__TWILIO_AUTH_TOKEN": "twilio-secret-tok"}  # fmt: skip
     env.pop("VOICE_AGENT_CONFIG", None)
     done = subprocess.run([sys.executable, "-m", "agent.cli", "config"], capture_output=True,
                           text=True, env=env, timeout=120)  # fmt: skip
@@ -109,3 +118,25 @@ def test_config_prints_no_secret(tmp_path):
     assert shown["llm"]["base_url"] == "https://bob:**********@llm.example/v1"
     for secret in ("sk-x", "hunter2-pw", "twilio-secret-tok"):
         assert secret not in done.stdout + done.stderr
+
+
+def test_serve_and_retention_are_groups_and_the_old_flat_names_still_work(tmp_path, monkeypatch):
+    """``serve.*`` and ``retention.*`` are typed groups; ``VOICE_AGENT_SERVE_TOKEN`` and a flat
+    ``calls_max_count`` key (the names before the groups) still set them, under the new ones."""
+    for name in [n for n in os.environ if n.startswith(("VOICE_AGENT_SERVE", "VOICE_AGENT_CALLS"))]:
+        monkeypatch.delenv(name)
+    config = tmp_path / "config.yaml"
+    config.write_text("calls_max_count: 7\nretention: {max_age_days: 2}\nserve_max_calls: 5\n")
+    monkeypatch.setenv("VOICE_AGENT_SERVE_TOKEN", "old-spelling-token-0123")
+    monkeypatch.setenv("VOICE_AGENT_SERVE_ALLOWED_ORIGINS", '["https://a.example"]')
+    monkeypatch.setenv("VOICE_AGENT_CALLS_MAX_BYTES", "1MiB")
+    monkeypatch.setenv("VOICE_AGENT_SERVE__MAX_CALLS", "3")  # the new name beats the file
+    settings = load_settings(config)
+    assert settings.serve.token.get_secret_value() == "old-spelling-token-0123"
+    assert settings.serve.allowed_origins == ["https://a.example"]
+    assert settings.serve.max_calls == 3
+    assert (settings.retention.max_count, settings.retention.max_age_days) == (7, 2)
+    assert settings.retention.max_bytes == 1024**2
+    monkeypatch.setenv("VOICE_AGENT_SERVE__TOKEN", "new-spelling-token-0123")
+    assert load_settings(config).serve.token.get_secret_value() == "new-spelling-token-0123"
+    assert load_settings(serve={"max_calls": 9}).serve.max_calls == 9

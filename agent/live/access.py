@@ -9,6 +9,10 @@ The token may come as ``Authorization: Bearer``, ``?token=``, a path segment
 on ``/phone``, as the stream's ``token`` parameter in the ``start`` message
 (``start_token``: checked by the server before the call is built). A Twilio-signed upgrade
 (``X-Twilio-Signature``, Twilio's published HMAC-SHA1 over the public URL) needs no token.
+
+Signature-only mode (no token; a public URL and a Twilio auth token): ``/phone`` needs a valid
+signature and every other route, which would need the token, is refused, whatever proxy
+headers the request carries or lacks (behind a TCP tunnel there are none to tell by).
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ TOKEN_COOKIE = "voice_agent_token"
 PHONE, BROWSER, PAGE = "/phone", "/browser", "/"
 METRICS = "/metrics"
 DEFAULT_PORTS = {"https": 443, "wss": 443, "http": 80, "ws": 80}
+# The headers whose value the server reads, on one route or another: each must come once.
+READ_HEADERS = ("Host", "Origin", "Authorization", "Cookie", "X-Twilio-Signature",
+                "X-Forwarded-For")  # fmt: skip
 
 
 def twilio_signature(auth_token: str, url: str, params: Mapping[str, str] | None = None) -> str:
@@ -71,6 +78,20 @@ class Decision:
     signed: bool = False  # a valid Twilio signature: Twilio itself is calling
 
 
+class DuplicateHeader(ValueError):
+    """A header the server reads came more than once: which Host, which token, which
+    address would be a guess (websockets' own ``get`` raises on it, a 500 before this)."""
+
+
+def header(request: Request, name: str) -> str | None:
+    """The one value of header ``name`` (None when absent); raises ``DuplicateHeader``.
+    Every header the server reads is read through this."""
+    values = request.headers.get_all(name)
+    if len(values) > 1:
+        raise DuplicateHeader(name)
+    return values[0] if values else None
+
+
 def split_route(path: str) -> tuple[str, str | None]:
     """``/phone/<token>`` -> (``/phone``, token); any other path -> (path, None)."""
     head, sep, rest = path.partition(PHONE + "/")
@@ -80,7 +101,7 @@ def split_route(path: str) -> tuple[str, str | None]:
 
 
 def _cookie(request: Request) -> str | None:
-    for part in request.headers.get("Cookie", "").split(";"):
+    for part in (header(request, "Cookie") or "").split(";"):
         name, _, value = part.strip().partition("=")
         if name == TOKEN_COOKIE:
             return unquote(value)
@@ -117,6 +138,11 @@ class AccessPolicy:
     def token(self) -> bytes | None:
         return self._token
 
+    @property
+    def signature_only(self) -> bool:
+        """No token, but Twilio's signature: only Twilio-signed ``/phone`` upgrades get in."""
+        return self._token is None and self._twilio is not None and self._public_url is not None
+
     def bound(self, host: str, port: int) -> None:
         """Learn the address listened on: the server's own origins and Host names follow."""
         names = {host}
@@ -141,7 +167,7 @@ class AccessPolicy:
         return self.token_matches(token if isinstance(token, str) else None)
 
     def _presented(self, request: Request, route: str, segment: str | None) -> str | None:
-        auth = request.headers.get("Authorization", "")
+        auth = header(request, "Authorization") or ""
         if auth[:7].lower() == "bearer ":
             return auth[7:].strip()
         if segment is not None:
@@ -157,31 +183,39 @@ class AccessPolicy:
         On ``/browser`` with a token set, the page's own address (Host) is accepted too: a
         DNS-rebinding page cannot present the token, so it is refused anyway.
         """
-        origin = request.headers.get("Origin")
+        origin = header(request, "Origin")
         if origin is None:
             return True
         allowed = self._own_origins | self._extra_origins
-        if route == BROWSER and self._token is not None and "Host" in request.headers:
-            allowed = allowed | {f"http://{request.headers['Host']}"}
+        host = header(request, "Host")
+        if route == BROWSER and self._token is not None and host is not None:
+            allowed = allowed | {f"http://{host}"}
         return origin.rstrip("/") in allowed
 
     def decide(self, request: Request) -> Decision:
-        """Check one request, cheapest and least revealing checks first."""
+        """Check one request, cheapest and least revealing checks first; raises
+        ``DuplicateHeader`` (a 400) for a header it reads that came twice."""
+        for name in READ_HEADERS:  # on every route: the answer does not depend on which
+            header(request, name)
         route, segment = split_route(urlsplit(request.path).path)
-        headers = request.headers
         signed = False
-        if self._token is None and self._loopback and headers.get("Host") not in self._own_hosts:
+        host = header(request, "Host")
+        if self._token is None and self._loopback and host not in self._own_hosts:
             return Decision(route, HTTPStatus.FORBIDDEN, "host not served here")
         if route in (PHONE, BROWSER) and not self._origin_allowed(request, route):
             return Decision(route, HTTPStatus.FORBIDDEN,
-                            "origin not allowed: add it to serve_allowed_origins")  # fmt: skip
-        signature = headers.get("X-Twilio-Signature")
+                            "origin not allowed: add it to serve.allowed_origins")  # fmt: skip
+        signature = header(request, "X-Twilio-Signature")
         if route == PHONE and signature is not None and self._twilio is not None:
             url = (self._public_url or "") + request.path
             if not self._public_url or not valid_twilio_signature(self._twilio, url, signature):
                 return Decision(route, HTTPStatus.FORBIDDEN, "bad Twilio signature")
             signed = True
-        proxied = "Forwarded" in headers or "X-Forwarded-For" in headers
+        if self.signature_only and not signed:
+            reason = "Twilio signature required" if route == PHONE else (
+                "no serve token is set: only Twilio-signed /phone calls are served")  # fmt: skip
+            return Decision(route, HTTPStatus.FORBIDDEN, reason)
+        proxied = "Forwarded" in request.headers or "X-Forwarded-For" in request.headers
         if self._token is None and proxied and not signed:
             return Decision(route, HTTPStatus.FORBIDDEN,
                             "proxied request to a server without a token: set a token")  # fmt: skip

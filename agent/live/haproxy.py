@@ -40,7 +40,6 @@ global
 
 defaults
     mode http
-    option forwardfor
     timeout connect 5s
     timeout http-request 10s
     timeout client 30s
@@ -55,6 +54,9 @@ defaults
 frontend calls
     bind {host}:{port}
     http-error status 503 content-type text/plain string "{BUSY}" hdr Retry-After {RETRY_AFTER_SECS}
+    # One X-Forwarded-For, the caller's address: `option forwardfor` appends a second header
+    # to one the caller sent, and the worker refuses a header it reads twice (400).
+    http-request set-header X-Forwarded-For %[src]
     default_backend workers
 
 backend workers

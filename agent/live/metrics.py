@@ -48,7 +48,7 @@ class CallMetrics:
         ProcessCollector(registry=self.registry)  # process_resident_memory_bytes and CPU time
         r = self.registry
         Gauge("voice_agent_calls_active", "Calls in progress", registry=r).set_function(active)
-        Gauge("voice_agent_calls_capacity", "Calls this worker takes at once (serve_max_calls)",
+        Gauge("voice_agent_calls_capacity", "Calls this worker takes at once (serve.max_calls)",
               registry=r).set(capacity)  # fmt: skip
         Gauge("voice_agent_draining", "1 while the worker drains (SIGTERM): no new calls",
               registry=r).set_function(lambda: float(draining()))  # fmt: skip

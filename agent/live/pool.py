@@ -114,9 +114,9 @@ class Pool:
     ) -> None:
         if workers < 1:
             raise UserError("--workers must be at least 1")
-        if settings.serve_token is None:
+        if settings.serve.token is None:
             raise UserError("the pool needs a serve token (its workers are reached through "
-                            "HAProxy, a proxy): set VOICE_AGENT_SERVE_TOKEN")  # fmt: skip
+                            "HAProxy, a proxy): set VOICE_AGENT_SERVE__TOKEN")  # fmt: skip
         for spec in cpus or ():
             parse_cpus(spec)
         if cpus and shutil.which("taskset") is None:
@@ -132,9 +132,9 @@ class Pool:
                "VOICE_AGENT_LLM__BASE_URL_SERVER": "llama-server",  # sends repeat_penalty
                "VOICE_AGENT_LLM__API_KEY": self.llm.api_key,
                "VOICE_AGENT_LLM__MODEL": gguf.stem,
-               "VOICE_AGENT_SERVE_TOKEN": settings.serve_token.get_secret_value(),
-               "VOICE_AGENT_SERVE_MAX_CALLS": str(settings.serve_max_calls),
-               "VOICE_AGENT_SERVE_DRAIN_SECS": str(settings.serve_drain_secs)}  # fmt: skip
+               "VOICE_AGENT_SERVE__TOKEN": settings.serve.token.get_secret_value(),
+               "VOICE_AGENT_SERVE__MAX_CALLS": str(settings.serve.max_calls),
+               "VOICE_AGENT_SERVE__DRAIN_SECS": str(settings.serve.drain_secs)}  # fmt: skip
         self.workers = [
             Worker(i, free_port(), calls_dir / f"worker-{i}", env,
                    cpus[i % len(cpus)] if cpus else None, config)
@@ -147,17 +147,17 @@ class Pool:
                 worker.env = {"VOICE_AGENT_ASR__THREADS": str(asr),
                               "VOICE_AGENT_TTS__THREADS": str(count), **env}  # fmt: skip
         self.haproxy = Haproxy(host, port, [w.port for w in self.workers],
-                               max_call_secs=settings.serve_max_call_secs)  # fmt: skip
+                               max_call_secs=settings.serve.max_call_secs)  # fmt: skip
 
     @staticmethod
     def llm_settings(settings: Settings, workers: int, say: Callable[[str], None]) -> LLMSettings:
         """The shared server's settings: one slot per call the pool admits
-        (``serve_max_calls`` per worker) unless set, where llama.cpp's own server is
+        (``serve.max_calls`` per worker) unless set, where llama.cpp's own server is
         installed (without it, answers queue at one slot). One worker with two calls needs
         two slots as much as two workers with one call each."""
         if settings.llm.server_slots is not None:
             return settings.llm
-        calls = workers * settings.serve_max_calls
+        calls = workers * settings.serve.max_calls
         slots = calls if native_server() is not None else 1
         if slots < calls:
             say(
@@ -198,7 +198,7 @@ class Pool:
         running = [w.process for w in self.workers if w.process and w.process.poll() is None]
         for process in running:
             process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + self.settings.serve_drain_secs + EXIT_MARGIN_SECS
+        deadline = time.monotonic() + self.settings.serve.drain_secs + EXIT_MARGIN_SECS
         for process in running:
             try:
                 process.wait(timeout=max(0.0, deadline - time.monotonic()))

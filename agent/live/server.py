@@ -29,8 +29,8 @@ import asyncio
 import signal
 import socket
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from http import HTTPStatus
 from importlib import resources
 from pathlib import Path
@@ -51,11 +51,14 @@ from agent.live.access import (
     TOKEN_COOKIE,
     AccessPolicy,
     Decision,
+    DuplicateHeader,
+    header,
+    split_route,
 )
 from agent.live.call import LiveCall, Runtime
 from agent.live.drain import Drain
 from agent.live.health import PROBES, RETRY_AFTER_SECS, probe
-from agent.live.limits import WarningLimiter
+from agent.live.limits import LogBudget, WarningLimiter
 from agent.live.metrics import CONTENT_TYPE, CallMetrics
 from agent.live.process_memory import collect_call_garbage
 from agent.live.retention import Retention, prune_calls, room_to_record
@@ -95,6 +98,20 @@ SECURITY_HEADERS = {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-
 MessageHandler = Callable[[str | bytes], str | None]
 
 
+@dataclass
+class Admission:
+    """A connection let through ``process_request``: what was decided, and whom it counts
+    against (its client's address; behind a proxy on this machine, the one it forwards)."""
+
+    decision: Decision
+    address: str
+
+    @property
+    def counted_address(self) -> str | None:
+        """The address it counts against (None: Twilio-signed, Twilio's own)."""
+        return None if self.decision.signed else self.address
+
+
 def page() -> bytes:
     """The browser page, from the package data."""
     return (resources.files("agent") / "web" / "index.html").read_bytes()
@@ -120,13 +137,13 @@ def check_serve_security(
         )
     if token is None and not is_loopback(host):
         raise UserError(
-            f"refusing to serve on {host} without a token: set VOICE_AGENT_SERVE_TOKEN "
+            f"refusing to serve on {host} without a token: set VOICE_AGENT_SERVE__TOKEN "
             "(or --token), or serve on 127.0.0.1"
         )
     if token is None and public_url and not twilio:
         raise UserError(
-            "refusing to serve at a public URL (serve_public_url) without a token: set "
-            "VOICE_AGENT_SERVE_TOKEN or VOICE_AGENT_SERVE_TWILIO_AUTH_TOKEN"
+            "refusing to serve at a public URL (serve.public_url) without a token: set "
+            "VOICE_AGENT_SERVE__TOKEN or VOICE_AGENT_SERVE__TWILIO_AUTH_TOKEN"
         )
 
 
@@ -183,10 +200,10 @@ class CallServer:
             twilio_auth_token=twilio_auth_token,
         )  # fmt: skip
         # Every websocket connection from its accepted request until its socket closes,
-        # handshakes included, with the address it counts against (None: Twilio-signed).
-        self._open: dict[ServerConnection, str | None] = {}
-        self._decisions: dict[ServerConnection, Decision] = {}
-        self._warn = WarningLimiter()
+        # handshakes included.
+        self._open: dict[ServerConnection, Admission] = {}
+        self._log = LogBudget()  # every client's warning lines spend from it too
+        self._warn = WarningLimiter(shared=(self._log.server,))
         self.drain = Drain(drain_secs)
         self.metrics = CallMetrics(lambda: len(self.calls), max_calls,
                                    lambda: self.drain.draining)  # fmt: skip
@@ -228,23 +245,30 @@ class CallServer:
             response = _secured(connection.respond(status, word + "\n"))
             response.headers["Cache-Control"] = "no-store"
             return response
-        decision = self.access.decide(request)
+        try:
+            decision = self.access.decide(request)
+            address = _client_address(connection, request)
+        except DuplicateHeader as exc:  # before any other check: nothing is read twice
+            route = split_route(path)[0]  # never the path itself: /phone/<token>
+            return self._refuse(connection, route, HTTPStatus.BAD_REQUEST,
+                                f"the {exc} header came more than once: send it once")  # fmt: skip
         route = decision.route
         if decision.status is not None:
             if route in (PHONE, BROWSER):
                 self.metrics.refused.labels("denied").inc()
             return self._refuse(connection, route, decision.status, decision.reason)
         if route in (PHONE, BROWSER):
-            address = None if decision.signed else _client_address(connection, request)
-            from_there = Counter(self._open.values())[address] if address else 0
+            admission = Admission(decision, address)
+            counted = admission.counted_address
+            from_there = sum(a.counted_address == counted for a in self._open.values())
             if self.drain.draining:
                 why, reason = "draining", "draining: this server is shutting down, try again"
             elif self.full:
                 why, reason = "full", f"busy: {self.max_calls} calls in progress, try again later"
-            elif address is not None and from_there >= self.max_calls_per_address:
+            elif counted is not None and from_there >= self.max_calls_per_address:
                 why, reason = "per_address", f"busy: {from_there} calls from your address already"
             else:
-                self._admit(connection, address, decision)
+                self._admit(connection, admission)
                 return None
             self.metrics.refused.labels(why).inc()
             return self._refuse(connection, route, HTTPStatus.SERVICE_UNAVAILABLE, reason)
@@ -256,14 +280,12 @@ class CallServer:
             HTTPStatus.NOT_FOUND, f"no such path {clip_text(route, 60)}: try / /phone /browser\n"
         ))  # fmt: skip
 
-    def _admit(self, connection: ServerConnection, address: str | None, decision: Decision) -> None:
+    def _admit(self, connection: ServerConnection, admission: Admission) -> None:
         """Count the connection from now until its socket closes, handshake or not."""
-        self._open[connection] = address
-        self._decisions[connection] = decision
+        self._open[connection] = admission
 
         def closed(_: object) -> None:
             self._open.pop(connection, None)
-            self._decisions.pop(connection, None)
 
         connection.connection_lost_waiter.add_done_callback(closed)
 
@@ -284,7 +306,8 @@ class CallServer:
 
     async def handle(self, ws: ServerConnection) -> None:
         """One connection = one call; any failure ends that call only, in one line."""
-        decision = self._decisions.get(ws) or Decision(PHONE, start_token=True)
+        admission = self._open.get(ws)
+        decision = admission.decision if admission else Decision(PHONE, start_token=True)
         sock = ws.transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_SEND_BUFFER_BYTES)
@@ -303,6 +326,12 @@ class CallServer:
         finally:
             collect_call_garbage()  # the call is unreachable now: free what it held at once
 
+    def _warnings(self, ws: ServerConnection) -> WarningLimiter:
+        """The warning lines of one connection: its own limit, its address's, the server's."""
+        admission = self._open.get(ws)
+        address = admission.address if admission else _peer(ws).rpartition(":")[0]
+        return WarningLimiter(shared=self._log.buckets(address))
+
     def _new_call(self, kind: str, **options: object) -> LiveCall:
         """A call, recorded unless the disk is nearly full (the call goes on regardless)."""
         record = self.record_wav and room_to_record(self.calls_dir, self.retention)
@@ -319,7 +348,7 @@ class CallServer:
 
     async def _phone(self, ws: ServerConnection, decision: Decision) -> None:
         stream = StreamInfo()
-        warn = WarningLimiter()
+        warn = self._warnings(ws)
         try:
             started = await asyncio.wait_for(self._await_start(ws, stream, warn),
                                              START_TIMEOUT_SECS)  # fmt: skip
@@ -396,7 +425,7 @@ class CallServer:
         transport_in = BrowserInput(call.clock, call.recorder, rate=call.rate)
         transport_out = BrowserOutput(ws, events, call.clock, call.recorder, rate=call.rate)
         media = MediaWatch(self.no_media_secs)
-        warn = WarningLimiter()
+        warn = self._warnings(ws)
 
         def on_message(raw: str | bytes) -> str | None:
             if isinstance(raw, bytes):
@@ -492,7 +521,7 @@ def _client_address(connection: ServerConnection, request: Request) -> str:
     """Whom a connection counts against: its peer, or behind a proxy on this machine, the
     address that proxy says it forwards (the last ``X-Forwarded-For`` entry is its own)."""
     peer = _peer(connection).rpartition(":")[0]
-    forwarded = request.headers.get("X-Forwarded-For")
+    forwarded = header(request, "X-Forwarded-For")
     if forwarded and is_loopback(peer.strip("[]")):
         return forwarded.split(",")[-1].strip()[:64]
     return peer
@@ -544,6 +573,10 @@ async def serve_calls(
                 f"serving on http://{host}:{bound}/ (phone: ws://{host}:{bound}/phone, "
                 f"browser page: http://{host}:{bound}/); calls in {server.calls_dir}/"
             )
+            if server.access.signature_only:
+                server.say("signature-only mode (no serve token): only Twilio-signed /phone "
+                           "calls are served, and /, /browser and /metrics are refused; set "
+                           "VOICE_AGENT_SERVE__TOKEN to open them")  # fmt: skip
             if on_ready is not None:
                 result = on_ready(bound)
                 if asyncio.iscoroutine(result):

@@ -43,7 +43,7 @@ def pool(tmp_path_factory) -> Iterator[Pool]:
     if shutil.which("haproxy") is None:
         pytest.skip("haproxy is not installed: `bash scripts/setup.sh --pool` (Debian, as "
                     "root) or `apt-get install haproxy`")  # fmt: skip
-    settings = Settings(serve_token=TOKEN, serve_drain_secs=WAIT)
+    settings = Settings(serve={"token": TOKEN, "drain_secs": WAIT})
     # The workers do not greet: these callers speak at once, and a greeting that started
     # late (a busy machine) still played after their words, where it passed for the answer.
     with pytest.MonkeyPatch.context() as env:
@@ -62,9 +62,9 @@ def pool(tmp_path_factory) -> Iterator[Pool]:
     ],
 )
 def test_bad_input_is_one_line(flags, token, says):
-    env = {k: v for k, v in os.environ.items() if k != "VOICE_AGENT_SERVE_TOKEN"}
+    env = {k: v for k, v in os.environ.items() if k != "VOICE_AGENT_SERVE__TOKEN"}
     if token:
-        env["VOICE_AGENT_SERVE_TOKEN"] = token
+        env["VOICE_AGENT_SERVE__TOKEN"] = token
     done = subprocess.run([sys.executable, "-m", "agent.cli", "pool", "--port", "0", *flags],
                           capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
     assert done.returncode == 2, done.stderr

@@ -101,24 +101,25 @@ def test_twilio_signed_upgrades():
 
 async def test_handshakes_count_per_server_and_per_address_until_their_socket_closes():
     server = CallServer(None, None, max_calls=3, max_calls_per_address=2,  # type: ignore[arg-type]
-                        public_url=PUBLIC, twilio_auth_token=TWILIO)  # fmt: skip
+                        token=TOKEN, public_url=PUBLIC, twilio_auth_token=TWILIO)  # fmt: skip
     server.bound("127.0.0.1", PORT)
+    phone, browser = f"/phone/{TOKEN}", request("/browser", Authorization=f"Bearer {TOKEN}")
     a = [FakeConnection("192.0.2.1") for _ in range(3)]
-    assert server.process_request(a[0], request("/phone")) is None
-    assert server.process_request(a[1], request("/browser")) is None
-    busy = server.process_request(a[2], request("/phone"))
+    assert server.process_request(a[0], request(phone)) is None
+    assert server.process_request(a[1], browser) is None
+    busy = server.process_request(a[2], request(phone))
     assert busy is not None and busy.status_code == 503  # a third one from the same address
     b = FakeConnection("192.0.2.2")
-    assert server.process_request(b, request("/phone")) is None
-    assert server.process_request(FakeConnection("192.0.2.3"), request("/phone")).status_code == 503
+    assert server.process_request(b, request(phone)) is None
+    assert server.process_request(FakeConnection("192.0.2.3"), request(phone)).status_code == 503
     a[0].connection_lost_waiter.set_result(None)  # a handshake that never finished
     await asyncio.sleep(0)
     assert server.connections == 2
-    assert server.process_request(a[2], request("/phone")) is None
+    assert server.process_request(a[2], request(phone)) is None
     # Twilio's own (signed) connections do not count against its address.
     b.connection_lost_waiter.set_result(None)
     await asyncio.sleep(0)
     third = FakeConnection("192.0.2.1")
-    assert server.process_request(third, request("/phone")).status_code == 503
+    assert server.process_request(third, request(phone)).status_code == 503
     twilio = request("/phone", X_Twilio_Signature=signed(PUBLIC + "/phone"))
     assert server.process_request(third, twilio) is None

@@ -40,9 +40,9 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[Server]:
-    env = {**os.environ, "VOICE_AGENT_SERVE_MAX_CALLS_PER_ADDRESS": str(MAX_CALLS),
-           "VOICE_AGENT_SERVE_NO_MEDIA_SECS": str(NO_MEDIA_SECS)}  # fmt: skip
-    env.pop("VOICE_AGENT_SERVE_TOKEN", None)
+    env = {**os.environ, "VOICE_AGENT_SERVE__MAX_CALLS_PER_ADDRESS": str(MAX_CALLS),
+           "VOICE_AGENT_SERVE__NO_MEDIA_SECS": str(NO_MEDIA_SECS)}  # fmt: skip
+    env.pop("VOICE_AGENT_SERVE__TOKEN", None)
     with serving(tmp_path_factory.mktemp("calls"), "--max-calls", str(MAX_CALLS),
                  env=env) as running:  # fmt: skip
         yield running

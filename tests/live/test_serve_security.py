@@ -44,8 +44,8 @@ PUBLIC = "wss://voice.example.test"
 def server(tmp_path_factory) -> Iterator[Server]:
     """The server, token from the environment (as in production), limits from flags."""
     calls_dir = tmp_path_factory.mktemp("calls")
-    env = {**os.environ, "VOICE_AGENT_SERVE_TOKEN": TOKEN, "VOICE_AGENT_SERVE_PUBLIC_URL": PUBLIC,
-           "VOICE_AGENT_SERVE_TWILIO_AUTH_TOKEN": TWILIO}  # fmt: skip
+    env = {**os.environ, "VOICE_AGENT_SERVE__TOKEN": TOKEN, "VOICE_AGENT_SERVE__PUBLIC_URL": PUBLIC,
+           "VOICE_AGENT_SERVE__TWILIO_AUTH_TOKEN": TWILIO}  # fmt: skip
     limits = ["--max-calls", str(MAX_CALLS), "--max-call-secs", str(MAX_CALL_SECS)]
     with serving(calls_dir, *limits, "--allowed-origin", ALLOWED, env=env) as running:
         yield running
@@ -122,7 +122,7 @@ def test_loopback_and_token_rules():
 
 def test_refuses_a_public_address_without_a_token(tmp_path):
     """One clear line and exit 2, at once: no model is loaded first."""
-    env = {k: v for k, v in os.environ.items() if k != "VOICE_AGENT_SERVE_TOKEN"}
+    env = {k: v for k, v in os.environ.items() if k != "VOICE_AGENT_SERVE__TOKEN"}
     done = subprocess.run(
         [sys.executable, "-m", "agent.cli", "serve", "--host", "0.0.0.0", "--port",
          str(free_port()), "--calls-dir", str(tmp_path)],

@@ -63,10 +63,10 @@ def test_a_pool_gives_its_server_one_slot_per_call_it_admits(monkeypatch, tmp_pa
     """One worker with two calls needs two slots as much as two workers with one each."""
     monkeypatch.setattr(pool, "native_server", lambda: tmp_path / "llama-server")
     notes: list[str] = []
-    settings = Settings(serve_max_calls=3)
+    settings = Settings(serve={"max_calls": 3})
     assert Pool.llm_settings(settings, 2, notes.append).server_slots == 6
     assert Pool.llm_settings(settings, 1, notes.append).server_slots == 3
-    chosen = Settings(serve_max_calls=3, llm={"server_slots": 2})
+    chosen = Settings(serve={"max_calls": 3}, llm={"server_slots": 2})
     assert Pool.llm_settings(chosen, 2, notes.append).server_slots == 2
     assert not notes
     monkeypatch.setattr(pool, "native_server", lambda: None)  # answers queue at one slot

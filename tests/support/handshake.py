@@ -4,6 +4,9 @@ websockets connection that ``process_request`` uses."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import os
+import socket
 from http import HTTPStatus
 
 from websockets.datastructures import Headers
@@ -38,3 +41,27 @@ class FakeConnection:
         headers = Headers([("Content-Length", str(len(body))),
                            ("Content-Type", "text/plain; charset=utf-8")])  # fmt: skip
         return Response(status.value, status.phrase, headers, body)
+
+
+def raw_request(
+    port: int, path: str, headers: list[tuple[str, str]], *, upgrade: bool = True
+) -> tuple[int, bytes]:
+    """Send one request as written (headers in order, repeats kept, Host as given) to a server
+    on loopback; return its status and the raw response head and body read so far."""
+    lines = [f"GET {path} HTTP/1.1"]
+    if not any(name.lower() == "host" for name, _ in headers):
+        lines.append(f"Host: 127.0.0.1:{port}")
+    if upgrade:
+        lines += ["Upgrade: websocket", "Connection: Upgrade", "Sec-WebSocket-Version: 13",
+                  f"Sec-WebSocket-Key: {base64.b64encode(os.urandom(16)).decode()}"]  # fmt: skip
+    lines += [f"{name}: {value}" for name, value in headers]
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    status = int(data.split(b" ", 2)[1]) if data.startswith(b"HTTP/1.1 ") else 0
+    return status, data

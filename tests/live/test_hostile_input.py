@@ -1,0 +1,152 @@
+"""The probes of issue 56, against a real ``CallServer`` on loopback: requests written by hand
+(repeated headers, a Host of our choosing, no proxy header), sockets that never say ``start``.
+
+No models: the server has no runtime, so nothing here may get as far as a call's pipeline;
+what is probed is decided on the HTTP request or while a ``/phone`` waits for ``start``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from loguru import logger
+
+from agent.live.haproxy import Haproxy
+from agent.net import free_port
+from tests.support.handshake import TOKEN, raw_request
+from tests.support.live_server import InProcessServer, serving_in_process
+
+TWILIO = "twilio-auth-token-for-tests"
+PUBLIC = "wss://voice.example.test"
+PUBLIC_HOST = "voice.example.test"
+
+
+def signed(url: str) -> str:
+    mac = hmac.new(TWILIO.encode(), url.encode(), hashlib.sha1)
+    return base64.b64encode(mac.digest()).decode()
+
+
+@contextmanager
+def served(calls_dir: Path, **options: Any) -> Iterator[tuple[InProcessServer, list[str]]]:
+    """A server with no runtime on a free port, and every log line it writes meanwhile."""
+    lines: list[str] = []
+    sink = logger.add(lines.append, format="{level} {message}\n{exception}", level="INFO")
+    try:
+        with serving_in_process(None, calls_dir, **options) as server:  # type: ignore[arg-type]
+            yield server, lines
+    finally:
+        logger.remove(sink)
+
+
+# -- 1. signature-only mode ----------------------------------------------------------------
+
+PROXY_HEADERS = [[], [("X-Forwarded-For", "203.0.113.9")], [("Forwarded", "for=203.0.113.9")]]
+
+
+@pytest.mark.parametrize("proxy", PROXY_HEADERS, ids=["no-proxy-header", "xff", "forwarded"])
+def test_signature_only_mode_serves_only_signed_phone_calls(tmp_path, proxy):
+    """No token, a public URL and a Twilio auth token: behind a TCP tunnel (no proxy header)
+    an unsigned upgrade was let in (101 and a whole call); every route but a signed /phone
+    is refused, and the server says so when it starts."""
+    with served(tmp_path, public_url=PUBLIC, twilio_auth_token=TWILIO) as (server, _):
+        host = [("Host", PUBLIC_HOST)]
+        status, _ = raw_request(server.port, "/phone", host + proxy)
+        assert status == 403
+        for path in ("/browser", "/metrics"):
+            assert raw_request(server.port, path, host + proxy)[0] == 403, path
+        assert raw_request(server.port, "/", host + proxy, upgrade=False)[0] == 403
+        assert raw_request(server.port, "/metrics", host + proxy, upgrade=False)[0] == 403
+        sig = [("X-Twilio-Signature", signed(PUBLIC + "/phone"))]
+        assert raw_request(server.port, "/phone", host + sig + proxy)[0] == 101
+        assert raw_request(server.port, "/healthz", host, upgrade=False)[0] == 200
+    assert any("signature-only mode" in line for line in server.lines), server.lines
+
+
+def test_a_token_still_opens_every_route_beside_the_signature(tmp_path):
+    options = {"token": TOKEN, "public_url": PUBLIC, "twilio_auth_token": TWILIO}
+    with served(tmp_path, **options) as (server, _):
+        bearer = [("Host", PUBLIC_HOST), ("Authorization", f"Bearer {TOKEN}")]
+        assert raw_request(server.port, "/metrics", bearer, upgrade=False)[0] == 200
+        assert raw_request(server.port, f"/phone/{TOKEN}", [("Host", PUBLIC_HOST)])[0] == 101
+    assert not any("signature-only" in line for line in server.lines)
+
+
+# -- 2. repeated headers, and what many clients may cost in log lines ----------------------
+
+READ_HEADERS = {"Host": "127.0.0.1:{port}", "Origin": "http://127.0.0.1:{port}",
+                "Authorization": f"Bearer {TOKEN}", "Cookie": f"voice_agent_token={TOKEN}",
+                "X-Twilio-Signature": "x", "X-Forwarded-For": "198.51.100.7"}  # fmt: skip
+
+
+def warnings(lines: list[str]) -> list[str]:
+    return [line for line in lines if line.startswith("WARNING")]
+
+
+def test_a_header_sent_twice_is_a_400_in_one_line_not_a_500_with_a_traceback(tmp_path, caplog):
+    """websockets' Headers.get raised on a repeated header: 500 and 15 lines of stack, before
+    any authentication. Each header the server reads, twice, on each route: 400."""
+    options = {"token": TOKEN, "public_url": PUBLIC, "twilio_auth_token": TWILIO}
+    with served(tmp_path, **options) as (server, lines):
+        for name, value in READ_HEADERS.items():
+            value = value.format(port=server.port)
+            twice = [(name, value), (name, value)]
+            for path in ("/phone", f"/phone/{TOKEN}", "/browser", "/metrics"):
+                status, head = raw_request(server.port, path, twice)
+                assert status == 400, (name, path, head)
+                assert TOKEN.encode() not in head
+            assert raw_request(server.port, "/", twice, upgrade=False)[0] == 400
+        for _ in range(200):  # a flood of them costs a bounded number of lines
+            raw_request(server.port, "/phone", [("Origin", "x"), ("Origin", "y")])
+    log = "".join(lines) + caplog.text
+    assert "Traceback" not in log and "process_request failed" not in log
+    assert 0 < len(warnings(lines)) <= 20, warnings(lines)[-3:]
+    assert any("came more than once" in line for line in lines)
+    assert TOKEN not in log
+
+
+async def test_many_connections_sending_junk_cost_a_bounded_number_of_lines(tmp_path):
+    """Each connection's own warning limit held, but a thousand connections each within it
+    filled the log (655 KB in 2.3 s): the lines of an address and of the server are bounded
+    too (token buckets: at most their burst plus one per refill period)."""
+    from websockets.asyncio.client import connect
+
+    async def junk(url: str) -> None:  # a token-less /phone connection, waiting for its start
+        async with connect(url) as ws:
+            for message in ("{", "[]", '{"event": 1}', "null", '{"event": "x"}', "\x00"):
+                await ws.send(message)
+
+    with served(tmp_path, token=TOKEN) as (server, lines):
+        began = time.monotonic()
+        for _ in range(25):  # each connection alone is within its own limit of 5
+            await asyncio.gather(*(junk(server.url("/phone")) for _ in range(4)))
+        elapsed = time.monotonic() - began
+    # The address's bucket: 10 at once, then one per 10 s; the server's: 20, one a second.
+    assert 0 < len(warnings(lines)) <= 10 + elapsed / 10 + 1, (elapsed, warnings(lines)[-3:])
+
+
+@pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy: scripts/setup.sh --pool")
+def test_the_pools_haproxy_sends_one_forwarded_for(tmp_path):
+    """``option forwardfor`` appended a second X-Forwarded-For to a caller's own, and the
+    worker answered 500 to a caller with the right token. Now HAProxy sets the one header,
+    and the worker counts the caller's address, not the one the caller claimed."""
+    with served(tmp_path, token=TOKEN) as (server, lines):
+        front = Haproxy("127.0.0.1", free_port(), [server.port], max_call_secs=60).start()
+        try:
+            front.wait_up(["w0"], timeout=30)
+            claimed = [("X-Forwarded-For", "198.51.100.7")]
+            for path in (f"/phone/{TOKEN}", "/phone"):
+                status, head = raw_request(front.port, path, claimed)
+                assert status == 101, head
+        finally:
+            front.stop()
+    assert not any("came more than once" in line for line in lines)

@@ -536,7 +536,10 @@ class CallServer:
     async def prune(self) -> None:
         """Keep ``calls/`` within its retention limits (off the event loop: it walks disk)."""
         keep = [call.dir for call in self.calls.values()]
-        await asyncio.to_thread(prune_calls, self.calls_dir, self.retention, keep=keep)
+        try:
+            await asyncio.to_thread(prune_calls, self.calls_dir, self.retention, keep=keep)
+        except OSError as exc:  # the call ended as it should: its client hears no error
+            logger.error("calls retention failed: {}", clip_text(str(exc), 160))
 
 
 def _ok(connection: ServerConnection, body: bytes, content_type: str) -> Response:

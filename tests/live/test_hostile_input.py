@@ -1,8 +1,9 @@
 """The probes of issue 56, against a real ``CallServer`` on loopback: requests written by hand
 (repeated headers, a Host of our choosing, no proxy header), sockets that never say ``start``.
 
-No models: the server has no runtime, so nothing here may get as far as a call's pipeline;
-what is probed is decided on the HTTP request or while a ``/phone`` waits for ``start``.
+Most have no models: the server has no runtime, so nothing there may get as far as a call's
+pipeline; what is probed is decided on the HTTP request or while a ``/phone`` waits for
+``start``. Those that need whole calls (marked slow) load the models once.
 """
 
 from __future__ import annotations
@@ -22,10 +23,15 @@ from typing import Any
 import pytest
 from loguru import logger
 
+from agent.live.call import Runtime
 from agent.live.haproxy import Haproxy
+from agent.live.retention import Retention
 from agent.net import free_port
+from agent.pipeline import AgentModels, llm_engine
+from agent.settings import Settings
+from agent.timing.budget import load_budget
 from tests.support.handshake import TOKEN, held_request, raw_request
-from tests.support.live_server import InProcessServer, serving_in_process
+from tests.support.live_server import InProcessServer, serving_in_process, wait_until
 
 TWILIO = "twilio-auth-token-for-tests"
 PUBLIC = "wss://voice.example.test"
@@ -38,12 +44,15 @@ def signed(url: str) -> str:
 
 
 @contextmanager
-def served(calls_dir: Path, **options: Any) -> Iterator[tuple[InProcessServer, list[str]]]:
-    """A server with no runtime on a free port, and every log line it writes meanwhile."""
+def served(
+    calls_dir: Path, runtime: Runtime | None = None, **options: Any
+) -> Iterator[tuple[InProcessServer, list[str]]]:
+    """A server on a free port (with no runtime unless given one), and every log line it
+    writes meanwhile."""
     lines: list[str] = []
     sink = logger.add(lines.append, format="{level} {message}\n{exception}", level="INFO")
     try:
-        with serving_in_process(None, calls_dir, **options) as server:  # type: ignore[arg-type]
+        with serving_in_process(runtime, calls_dir, **options) as server:  # type: ignore[arg-type]
             yield server, lines
     finally:
         logger.remove(sink)
@@ -236,3 +245,42 @@ def test_the_per_address_cap_holds_across_the_pool(tmp_path):
         finally:
             for _, _, sock in held:
                 sock.close()
+
+
+# -- 4. calls that end together, with retention on ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def runtime() -> Iterator[Runtime]:
+    settings = Settings(llm={"greeting": "", "keepalive_secs": 0})
+    models = AgentModels.load(settings)
+    with llm_engine(settings) as engine:
+        yield Runtime(settings, models, engine, load_budget(settings.budget_file))
+
+
+@pytest.mark.slow
+async def test_48_calls_ending_four_at_a_time_end_normally_within_retention(tmp_path, runtime):
+    """Concurrent prunes raised FileNotFoundError out of calls that had ended normally: 33
+    of 48 browser calls closed 1011 without their ``ended`` event, 8 folders left of 6."""
+    from websockets.asyncio.client import connect
+
+    async def one_call(url: str) -> tuple[int | None, list[str]]:
+        async with connect(url) as ws:
+            events = [json.loads(await ws.recv())["type"]]
+            await ws.send(json.dumps({"type": "stop"}))
+            async for message in ws:
+                if isinstance(message, str):
+                    events.append(json.loads(message)["type"])
+        return ws.close_code, events
+
+    limits = Retention(max_count=6)
+    with served(tmp_path, runtime=runtime, retention=limits) as (server, lines):
+        ended = []
+        for _ in range(12):
+            ended += await asyncio.gather(*(one_call(server.url("/browser")) for _ in range(4)))
+        await wait_until(lambda: server.connections() == 0, 30)
+        folders = server.calls("browser")
+    assert [code for code, _ in ended] == [1000] * 48, [code for code, _ in ended]
+    assert all(events[0] == "call" and "ended" in events for _, events in ended)
+    assert len(folders) <= 6, [f.name for f in folders]
+    assert not any("call failed" in line or "retention failed" in line for line in lines)

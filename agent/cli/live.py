@@ -141,6 +141,7 @@ def serve(
             token=secret, allowed_origins=opts.allowed_origins, public_url=opts.public_url,
             twilio_auth_token=twilio.get_secret_value() if twilio else None,
             max_calls=opts.max_calls, max_calls_per_address=opts.max_calls_per_address,
+            max_pending=opts.max_pending,
             max_call_secs=opts.max_call_secs, no_media_secs=opts.no_media_secs,
             retention=retention(settings), drain_secs=opts.drain_secs,
         )  # fmt: skip

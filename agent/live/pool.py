@@ -147,7 +147,8 @@ class Pool:
                 worker.env = {"VOICE_AGENT_ASR__THREADS": str(asr),
                               "VOICE_AGENT_TTS__THREADS": str(count), **env}  # fmt: skip
         self.haproxy = Haproxy(host, port, [w.port for w in self.workers],
-                               max_call_secs=settings.serve.max_call_secs)  # fmt: skip
+                               max_call_secs=settings.serve.max_call_secs,
+                               max_per_address=settings.serve.max_calls_per_address)  # fmt: skip
 
     @staticmethod
     def llm_settings(settings: Settings, workers: int, say: Callable[[str], None]) -> LLMSettings:

@@ -66,6 +66,7 @@ from agent.live.metrics import CONTENT_TYPE, CallMetrics
 from agent.live.process_memory import collect_call_garbage
 from agent.live.retention import Retention, prune_calls, room_to_record
 from agent.net import is_loopback
+from agent.private_files import make_private_folder
 from agent.redact import clip_text
 from agent.transports.browser import BrowserInput, BrowserOutput, EventSender, parse_control
 from agent.transports.live import LiveInput, LiveOutput
@@ -610,7 +611,7 @@ async def serve_calls(
         ) as ws_server:  # fmt: skip
             bound = next(iter(ws_server.sockets)).getsockname()[1]
             server.bound(host, bound)
-            server.calls_dir.mkdir(parents=True, exist_ok=True)  # its free space is checked
+            make_private_folder(server.calls_dir, exist_ok=True)  # its free space is checked
             await server.prune()
             server.say(
                 f"serving on http://{host}:{bound}/ (phone: ws://{host}:{bound}/phone, "

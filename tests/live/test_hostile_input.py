@@ -13,6 +13,7 @@ import base64
 import hashlib
 import hmac
 import json
+import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -283,4 +284,29 @@ async def test_48_calls_ending_four_at_a_time_end_normally_within_retention(tmp_
     assert [code for code, _ in ended] == [1000] * 48, [code for code, _ in ended]
     assert all(events[0] == "call" and "ended" in events for _, events in ended)
     assert len(folders) <= 6, [f.name for f in folders]
+    for folder in folders:  # the owner's alone: the caller's voice and words
+        assert folder.stat().st_mode & 0o777 == 0o700
+        assert {p.stat().st_mode & 0o777 for p in folder.iterdir()} == {0o600}, folder
     assert not any("call failed" in line or "retention failed" in line for line in lines)
+
+
+# -- 5. what a call leaves on disk, where the token may come, what a child inherits ----------
+
+
+def test_a_calls_files_are_its_owners_alone(tmp_path):
+    """Recordings and transcripts were written 0644 in 0755 folders (whatever the umask)."""
+    from agent.private_files import create_private, make_private_folder, write_private
+
+    old = os.umask(0o022)
+    try:
+        folder = tmp_path / "calls" / "one"
+        make_private_folder(folder)
+        write_private(folder / "turns.jsonl", "{}\n")
+        with create_private(folder / "call.wav") as out:
+            out.write(b"RIFF")
+        with pytest.raises(FileExistsError):  # never written through what is there already
+            create_private(folder / "call.wav")
+    finally:
+        os.umask(old)
+    assert folder.stat().st_mode & 0o777 == 0o700
+    assert {p.stat().st_mode & 0o777 for p in folder.iterdir()} == {0o600}

@@ -310,3 +310,29 @@ def test_a_calls_files_are_its_owners_alone(tmp_path):
         os.umask(old)
     assert folder.stat().st_mode & 0o777 == 0o700
     assert {p.stat().st_mode & 0o777 for p in folder.iterdir()} == {0o600}
+
+
+def test_a_token_in_the_query_opens_the_page_only_and_is_never_logged(tmp_path):
+    """``?token=`` worked on every route, /phone and /metrics included, and a query string
+    lands in proxies' access logs. It opens the page (the link a person is given) only."""
+    with served(tmp_path, token=TOKEN) as (server, lines):
+        for path in ("/phone", "/browser"):
+            status, head = raw_request(server.port, f"{path}?token={TOKEN}", [])
+            assert status == 401 and b"opens the page only" in head, head
+        assert raw_request(server.port, f"/metrics?token={TOKEN}", [], upgrade=False)[0] == 401
+        assert raw_request(server.port, f"/?token={TOKEN}", [], upgrade=False)[0] == 200
+        assert raw_request(server.port, f"/phone/{TOKEN}x", [])[0] == 401
+    assert lines and TOKEN not in "".join(lines + server.lines)
+
+
+@needs_haproxy
+def test_a_server_the_agent_starts_inherits_no_secret(tmp_path, monkeypatch):
+    """Child processes (the LLM server, HAProxy) inherited the whole environment, the Twilio
+    auth token included: now only what they need (``child_environment``)."""
+    monkeypatch.setenv("VOICE_AGENT_SERVE__TWILIO_AUTH_TOKEN", TWILIO)
+    monkeypatch.setenv("VOICE_AGENT_SERVE__TOKEN", TOKEN)
+    with served(tmp_path, token=TOKEN) as (server, _), balanced([server]) as front:
+        environ = Path(f"/proc/{front.pid}/environ").read_bytes().split(b"\0")
+    names = {entry.partition(b"=")[0] for entry in environ}
+    assert b"PATH" in names and not any(name.startswith(b"VOICE_AGENT") for name in names)
+    assert not any(TWILIO.encode() in e or TOKEN.encode() in e for e in environ)

@@ -139,6 +139,8 @@ class Pool:
                "VOICE_AGENT_LLM__MODEL": gguf.stem,
                "VOICE_AGENT_SERVE__TOKEN": settings.serve.token.get_secret_value(),
                "VOICE_AGENT_SERVE__MAX_CALLS": str(settings.serve.max_calls),
+               "VOICE_AGENT_SERVE__MAX_CALLS_PER_ADDRESS": str(
+                   settings.serve.max_calls_per_address),
                "VOICE_AGENT_SERVE__DRAIN_SECS": str(settings.serve.drain_secs)}  # fmt: skip
         self.workers = [
             Worker(i, free_port(), calls_dir / f"worker-{i}", env,

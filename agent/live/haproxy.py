@@ -22,7 +22,7 @@ from pathlib import Path
 
 from agent.errors import UserError
 from agent.live.health import READYZ, RETRY_AFTER_SECS
-from agent.llm.servers.local import LocalServer
+from agent.llm.servers.local import LocalServer, child_environment
 
 STARTUP_TIMEOUT_SECS = 10.0
 CHECK_INTERVAL = "1s"
@@ -125,7 +125,7 @@ class Haproxy(LocalServer):
                                          max_per_address=self._max_per_address,
                                          stats_socket=folder / "haproxy.sock"))  # fmt: skip
         self._spawn([binary, "-db", "-f", str(config)], folder / "server.log", "haproxy-",
-                    start_new_session=True)  # fmt: skip
+                    env=child_environment(), start_new_session=True)  # fmt: skip
         self._wait_ready(self._listening, STARTUP_TIMEOUT_SECS, interval=0.1)
         return self
 

@@ -60,12 +60,13 @@ from agent.live.access import (
 )
 from agent.live.call import LiveCall, Runtime
 from agent.live.drain import Drain
-from agent.live.health import PROBES, RETRY_AFTER_SECS, probe
+from agent.live.health import PROBES, RETRY_AFTER_SECS, LLMWatch, probe
 from agent.live.limits import LogBudget, WarningLimiter
 from agent.live.metrics import CONTENT_TYPE, CallMetrics
 from agent.live.process_memory import collect_call_garbage
 from agent.live.retention import Retention, prune_calls, room_to_record
 from agent.net import is_loopback
+from agent.private_files import make_private_folder
 from agent.redact import clip_text
 from agent.transports.browser import BrowserInput, BrowserOutput, EventSender, parse_control
 from agent.transports.live import LiveInput, LiveOutput
@@ -189,8 +190,10 @@ class CallServer:
         no_media_secs: float = 5.0,
         retention: Retention | None = None,
         drain_secs: float = 60.0,
+        llm_watch: LLMWatch | None = None,
     ) -> None:
         self.runtime = runtime
+        self.llm_watch = llm_watch
         self.calls_dir = calls_dir
         self.record_wav = record_wav
         self.say = say
@@ -253,7 +256,9 @@ class CallServer:
         metrics, let the websockets through."""
         path = urlsplit(request.path).path
         if path in PROBES:  # before the access checks: a balancer has no token (says one word)
-            status, word = probe(path, full=self.full, draining=self.drain.draining)
+            down = self.llm_watch is not None and self.llm_watch.down
+            status, word = probe(path, full=self.full, draining=self.drain.draining,
+                                 llm_down=down)  # fmt: skip
             response = _secured(connection.respond(status, word + "\n"))
             response.headers["Cache-Control"] = "no-store"
             return response
@@ -610,7 +615,7 @@ async def serve_calls(
         ) as ws_server:  # fmt: skip
             bound = next(iter(ws_server.sockets)).getsockname()[1]
             server.bound(host, bound)
-            server.calls_dir.mkdir(parents=True, exist_ok=True)  # its free space is checked
+            make_private_folder(server.calls_dir, exist_ok=True)  # its free space is checked
             await server.prune()
             server.say(
                 f"serving on http://{host}:{bound}/ (phone: ws://{host}:{bound}/phone, "
@@ -620,6 +625,8 @@ async def serve_calls(
                 server.say("signature-only mode (no serve token): only Twilio-signed /phone "
                            "calls are served, and /, /browser and /metrics are refused; set "
                            "VOICE_AGENT_SERVE__TOKEN to open them")  # fmt: skip
+            watch = server.llm_watch
+            watching = asyncio.ensure_future(watch.run()) if watch is not None else None
             if on_ready is not None:
                 result = on_ready(bound)
                 if asyncio.iscoroutine(result):
@@ -627,6 +634,8 @@ async def serve_calls(
             await server.drain.wait(stop, lambda: server.connections, server.say)
             if server.calls:
                 server.say(f"shutting down: hanging up {len(server.calls)} call(s)")
+            if watching is not None:
+                watching.cancel()
             ws_server.close()
             await ws_server.wait_closed()
     finally:

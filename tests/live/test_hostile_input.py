@@ -13,6 +13,7 @@ import base64
 import hashlib
 import hmac
 import json
+import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -283,4 +284,55 @@ async def test_48_calls_ending_four_at_a_time_end_normally_within_retention(tmp_
     assert [code for code, _ in ended] == [1000] * 48, [code for code, _ in ended]
     assert all(events[0] == "call" and "ended" in events for _, events in ended)
     assert len(folders) <= 6, [f.name for f in folders]
+    for folder in folders:  # the owner's alone: the caller's voice and words
+        assert folder.stat().st_mode & 0o777 == 0o700
+        assert {p.stat().st_mode & 0o777 for p in folder.iterdir()} == {0o600}, folder
     assert not any("call failed" in line or "retention failed" in line for line in lines)
+
+
+# -- 5. what a call leaves on disk, where the token may come, what a child inherits ----------
+
+
+def test_a_calls_files_are_its_owners_alone(tmp_path):
+    """Recordings and transcripts were written 0644 in 0755 folders (whatever the umask)."""
+    from agent.private_files import create_private, make_private_folder, write_private
+
+    old = os.umask(0o022)
+    try:
+        folder = tmp_path / "calls" / "one"
+        make_private_folder(folder)
+        write_private(folder / "turns.jsonl", "{}\n")
+        with create_private(folder / "call.wav") as out:
+            out.write(b"RIFF")
+        with pytest.raises(FileExistsError):  # never written through what is there already
+            create_private(folder / "call.wav")
+    finally:
+        os.umask(old)
+    assert folder.stat().st_mode & 0o777 == 0o700
+    assert {p.stat().st_mode & 0o777 for p in folder.iterdir()} == {0o600}
+
+
+def test_a_token_in_the_query_opens_the_page_only_and_is_never_logged(tmp_path):
+    """``?token=`` worked on every route, /phone and /metrics included, and a query string
+    lands in proxies' access logs. It opens the page (the link a person is given) only."""
+    with served(tmp_path, token=TOKEN) as (server, lines):
+        for path in ("/phone", "/browser"):
+            status, head = raw_request(server.port, f"{path}?token={TOKEN}", [])
+            assert status == 401 and b"opens the page only" in head, head
+        assert raw_request(server.port, f"/metrics?token={TOKEN}", [], upgrade=False)[0] == 401
+        assert raw_request(server.port, f"/?token={TOKEN}", [], upgrade=False)[0] == 200
+        assert raw_request(server.port, f"/phone/{TOKEN}x", [])[0] == 401
+    assert lines and TOKEN not in "".join(lines + server.lines)
+
+
+@needs_haproxy
+def test_a_server_the_agent_starts_inherits_no_secret(tmp_path, monkeypatch):
+    """Child processes (the LLM server, HAProxy) inherited the whole environment, the Twilio
+    auth token included: now only what they need (``child_environment``)."""
+    monkeypatch.setenv("VOICE_AGENT_SERVE__TWILIO_AUTH_TOKEN", TWILIO)
+    monkeypatch.setenv("VOICE_AGENT_SERVE__TOKEN", TOKEN)
+    with served(tmp_path, token=TOKEN) as (server, _), balanced([server]) as front:
+        environ = Path(f"/proc/{front.pid}/environ").read_bytes().split(b"\0")
+    names = {entry.partition(b"=")[0] for entry in environ}
+    assert b"PATH" in names and not any(name.startswith(b"VOICE_AGENT") for name in names)
+    assert not any(TWILIO.encode() in e or TOKEN.encode() in e for e in environ)

@@ -89,3 +89,16 @@ def test_the_critical_path_lists_what_ran_in_each_stage_and_what_waited() -> Non
     assert first.waited_ms == pytest.approx(110 - 40 - 50)
     assert [(r.kind, r.cpu_ms) for r in second.ran] == [("llm_prefill", 90.0)]
     assert second.waited_ms == pytest.approx(10.0)
+
+
+def test_a_record_with_a_critical_path_draws_it_and_one_without_draws_nothing() -> None:
+    from agent.reports.svg import critical_path_svg
+    from agent.timing.record import TurnRecord
+
+    record = TurnRecord(turn=1, events={}, stages={}, voice_to_voice_ms=None)
+    assert critical_path_svg(record) == ""
+    jobs = [cpu.Job("smart_turn", "smart_turn", 100.0, 140.0, cpu_ms=40.0)]
+    record.critical_path = critical_path({"endpointing": (90.0, 200.0)}, jobs)
+    drawn = critical_path_svg(record)
+    assert "smart_turn: 40 CPU ms" in drawn and "waited 70 ms" in drawn
+    assert "critical_path" in record.model_dump(mode="json")

@@ -12,13 +12,15 @@ report (``voice-agent report --html``). The in-process LLM engine only: a server
 another process's.
 
     .venv/bin/python -m benchmarks.cpu_profile ../shared/corpus/main/manifest.jsonl \
-        [--pace compute|realtime] [--limit N] [--out runs/cpu_profile]
+        [--pace compute|realtime] [--limit N] [--out runs/cpu_profile] [--label TEXT] \
+        [--chart docs/cpu_profile.png [--compare OTHER/profile.json ...]]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -98,20 +100,53 @@ def show(result: dict[str, Any]) -> None:
     Console().print(table)
 
 
+def plot(results: list[dict[str, Any]], path: Path) -> None:
+    """CPU-seconds per call-minute by kind, one bar per profile (e.g. two settings)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kinds = list(cpu.KINDS)
+    fig, ax = plt.subplots(figsize=(8, 0.35 * len(kinds) * len(results) + 1.2))
+    height = 0.8 / len(results)
+    for i, result in enumerate(results):
+        rates = result["cpu_secs_per_call_minute"]
+        ys = [k + i * height for k in range(len(kinds))]
+        label = f"{result.get('label') or result['pace']}: {rates['total']:.0f} CPU-s / call-min"
+        ax.barh(ys, [rates[k] for k in kinds], height=height, label=label)
+    ax.set_yticks([k + height * (len(results) - 1) / 2 for k in range(len(kinds))])
+    ax.set_yticklabels([cpu.KINDS[k] for k in kinds])
+    ax.invert_yaxis()
+    ax.set_xlabel("CPU-seconds per call-minute")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("inputs", nargs="+", type=Path, help="audio files or a manifest.jsonl")
     parser.add_argument("--pace", choices=("compute", "realtime"), default="compute")
     parser.add_argument("--limit", type=int, default=None, help="the first N clips only")
     parser.add_argument("--out", type=Path, default=Path("runs/cpu_profile"))
+    parser.add_argument("--label", default=None, help="what this run is, in the chart")
+    parser.add_argument(
+        "--chart", type=Path, default=None,
+        help="write a bar chart (PNG) of this run and of --compare's profile.json files",
+    )  # fmt: skip
+    parser.add_argument("--compare", type=Path, nargs="*", default=[])
     args = parser.parse_args(argv)
     paths = clip_paths(args.inputs, args.limit)
     if not paths:
         print("cpu_profile: no clips: give audio files or a manifest with rows", file=sys.stderr)
         return 2
-    result = profile(paths, args.out, args.pace)
+    result = profile(paths, args.out, args.pace) | {"label": args.label}
     write_json(args.out / "profile.json", result)
     show(result)
+    if args.chart is not None:
+        others = [json.loads(p.read_text()) for p in args.compare]
+        plot([*others, result], args.chart)
     return 0
 
 

@@ -557,6 +557,13 @@ class ServeSettings(BaseModel):
         description="calls at once from one client address (Twilio-signed calls "
         "are not counted); more get HTTP 503",
     )
+    max_pending: int = Field(
+        8,
+        ge=1,
+        description="/phone connections without a token waiting for it in their start "
+        "message, at once (max_calls_per_address of them per address); a pool of their own, "
+        "so they never keep a caller with a token out; more get HTTP 503",
+    )
     drain_secs: float = Field(
         60.0,
         ge=0,

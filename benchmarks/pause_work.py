@@ -1,7 +1,7 @@
 """The work a turn's end waits for at the VAD's pause, timed alone and side by side: the
 pause's Whisper pass over the turn and Smart Turn's verdict on it.
 
-Why: at real time a turn ends only once both are done (docs/eval.md, "Where the time after
+Why: at real time a turn ends only once both are done (docs/lab/eval-log.md, "Where the time after
 the VAD's pause goes"), so what they take on this machine, alone and sharing its cores as they
 do at the pause, is the floor under real-time endpointing whatever the turn-taking policy.
 Each clip is one turn: its pass (greedy, with recognition's comma probability, as at a pause)

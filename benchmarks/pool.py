@@ -60,7 +60,9 @@ def soak(url: str, callers: int, minutes: float) -> dict[str, Any]:
 
 def layout(cpus: list[str], args: argparse.Namespace, token: str, probe: bool) -> dict[str, Any]:
     """One pool: its callers through HAProxy, and with ``probe`` HAProxy against direct."""
-    settings = load_settings(serve={"token": token})
+    # Every simulated caller dials from 127.0.0.1: one address, which HAProxy caps.
+    limits = {"max_calls_per_address": max(args.callers, 4)}
+    settings = load_settings(serve={"token": token, **limits})
     with tempfile.TemporaryDirectory(prefix="bench-pool-") as calls:
         pool = Pool(settings, workers=len(cpus), host="127.0.0.1", port=free_port(),
                     calls_dir=Path(calls), cpus=cpus,

@@ -24,8 +24,8 @@ LAYERS: tuple[dict[str, tuple[str, ...]], ...] = (
     {"settings": ("agent.settings",)},
     {"timing": ("agent.timing",)},
     {"base": ("agent", "agent.audio", "agent.clock", "agent.csp", "agent.errors",
-              "agent.frames", "agent.model_store", "agent.net", "agent.redact",
-              "agent.sentences", "agent.yaml_file")},
+              "agent.frames", "agent.model_store", "agent.net", "agent.private_files",
+              "agent.redact", "agent.sentences", "agent.yaml_file")},
 )  # fmt: skip
 
 

@@ -23,6 +23,7 @@ from agent.errors import UserError
 
 if TYPE_CHECKING:
     from agent.live.call import Runtime
+    from agent.live.health import LLMWatch
     from agent.live.retention import Retention
     from agent.settings import Settings
 
@@ -69,6 +70,19 @@ def retention(settings: Settings) -> Retention:
     )  # fmt: skip
 
 
+def _llm_watch(settings: Settings) -> LLMWatch | None:
+    """A watch on the LLM server the calls need, where they need one (engine ``openai``
+    with no fallback: a pool's worker and its shared server)."""
+    from agent.live.health import LLMWatch
+    from agent.llm.servers.local import models_answer
+
+    llm = settings.llm
+    if llm.engine != "openai" or llm.base_url is None or llm.fallback_url is not None:
+        return None
+    url, key = llm.base_url, llm.api_key.get_secret_value()
+    return LLMWatch(lambda: models_answer(url, key, timeout=2.0), "the LLM server")
+
+
 def _check_port_free(host: str, port: int) -> None:
     """Fail in one line before minutes of model loading if the port is taken."""
     if port == 0:
@@ -98,8 +112,9 @@ def serve(
     token: Annotated[
         str | None,
         typer.Option(
-            help="Shared secret every connection must present (?token= or 'Authorization: "
-            "Bearer'); required off loopback. Prefer VOICE_AGENT_SERVE__TOKEN: a flag shows in ps."
+            help="Shared secret every connection must present ('Authorization: Bearer', "
+            "/phone/<token>, ?token= on the page only); required off loopback. Prefer "
+            "VOICE_AGENT_SERVE__TOKEN: a flag shows in ps."
         ),
     ] = None,
     allowed_origin: Annotated[
@@ -141,8 +156,10 @@ def serve(
             token=secret, allowed_origins=opts.allowed_origins, public_url=opts.public_url,
             twilio_auth_token=twilio.get_secret_value() if twilio else None,
             max_calls=opts.max_calls, max_calls_per_address=opts.max_calls_per_address,
+            max_pending=opts.max_pending,
             max_call_secs=opts.max_call_secs, no_media_secs=opts.no_media_secs,
             retention=retention(settings), drain_secs=opts.drain_secs,
+            llm_watch=_llm_watch(settings),
         )  # fmt: skip
         asyncio.run(serve_calls(server, host, port))
 
@@ -180,8 +197,7 @@ def pool(
         signal.signal(sig, lambda *_: stopping.set())
     with Pool(settings, workers=workers, host=host, port=port, calls_dir=calls_dir, cpus=cpus,
               config=config, say=lambda line: typer.echo(line)) as running:  # fmt: skip
-        while not stopping.wait(1.0):
-            running.restart_exited()
+        running.run(stopping)
         typer.echo("stopping: draining the workers", err=True)
 
 

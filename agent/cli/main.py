@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -36,10 +37,9 @@ from agent.cli.support import (
 )
 from agent.errors import UserError
 from agent.redact import redact_text
+from agent.reports.turn_table import turn_table
 from agent.timing.budget import load_budget
-from agent.timing.record import TurnRecord
-from agent.timing.summary import ms, verdict_lines
-from agent.timing.timeline import PART_STAGES
+from agent.timing.summary import verdict_lines
 
 app = typer.Typer(
     help="Real-time voice agent: streaming Whisper -> small LLM -> Piper, timed turn by turn.",
@@ -53,8 +53,9 @@ register_eval(app)
 register_config(app)
 app.add_typer(reports_app)  # `report` and `compare`, at the top level
 app.add_typer(llm_app, name="llm")
-out = Console(width=None if sys.stdout.isatty() else 160)
+out = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160)
 err = Console(stderr=True)
+WIDE_COLUMNS = 1000  # `replay --wide`: wider than any table, so nothing is cut or wrapped
 
 
 @app.command()
@@ -79,6 +80,9 @@ def replay(
     greeting: Annotated[
         bool, typer.Option("--greeting", help="The bot speaks llm.greeting before turn 1.")
     ] = False,
+    wide: Annotated[
+        bool, typer.Option("--wide", help="Full texts and stage names, however wide the table.")
+    ] = False,
 ) -> None:
     """Play recorded turns through one call and time every stage."""
     from agent.clock import clock_for
@@ -102,8 +106,9 @@ def replay(
             budget=the_budget, clock=clock_for(pace), greeting=greeting,
         ),
     )  # fmt: skip
-    _print_turns(result.records, out_dir)
-    _print_verdict(result.summary)
+    table = turn_table(result.records, f"Turns ({out_dir})", wide=wide)
+    (Console(width=WIDE_COLUMNS) if wide else out).print(table)
+    _print_verdict(result.summary, out_dir)
     if check and result.summary["verdict"] != "pass":
         raise typer.Exit(1)
 
@@ -143,33 +148,15 @@ def transcribe(
             )
 
 
-def _print_turns(records: list[TurnRecord], out_dir: Path) -> None:
-    table = Table(title=f"Turns ({out_dir})", show_lines=False)
-    table.add_column("#", justify="right")
-    table.add_column("user", max_width=36, no_wrap=True, overflow="ellipsis")
-    table.add_column("bot", max_width=36, no_wrap=True, overflow="ellipsis")
-    table.add_column("v2v ms", justify="right", style="bold")
-    for name in PART_STAGES:
-        table.add_column(name, justify="right")
-    table.add_column("budget")
-    for r in records:
-        failed = [k for k, v in r.budget.items() if v == "fail"]
-        verdict = f"[red]over: {', '.join(failed)}[/red]" if failed else "[green]ok[/green]"
-        table.add_row(
-            str(r.turn), r.user_text, r.bot_text, ms(r.voice_to_voice_ms),
-            *(ms(r.stages[n]) for n in PART_STAGES), verdict,
-        )  # fmt: skip
-    out.print(table)
-
-
-def _print_verdict(summary: dict[str, Any]) -> None:
+def _print_verdict(summary: dict[str, Any], run_dir: Path) -> None:
     """The summary's verdict lines, coloured, since a terminal reader scans for red."""
-    first, *violations = verdict_lines(summary)
+    first, *over, report = verdict_lines(summary, run_dir)
     colour = "green" if summary["verdict"] == "pass" else "red"
     head, _, verdict = first.rpartition(" ")
     out.print(f"{head} [{colour}]{verdict}[/{colour}]", highlight=False)
-    for line in violations:
-        out.print(f"  [red]{line}[/red]", highlight=False)
+    for line in over:
+        out.print(f"[red]{line}[/red]", highlight=False)
+    out.print(report, highlight=False)
 
 
 def _models_dir(config: Path | None) -> Path:

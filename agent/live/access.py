@@ -3,11 +3,13 @@
 Everything here runs on the HTTP request of a connection, before any call exists, and
 answers with a ``Decision``: the route, or the status and one-line reason of a refusal.
 
-The token may come as ``Authorization: Bearer``, ``?token=``, a path segment
-(``/phone/<token>``: Twilio's ``<Stream url>`` can carry nothing else), the page's cookie
-(``/`` and ``/browser`` only, so another site's page cannot ride on it to ``/phone``), or,
-on ``/phone``, as the stream's ``token`` parameter in the ``start`` message
-(``start_token``: checked by the server before the call is built). A Twilio-signed upgrade
+The token may come as ``Authorization: Bearer``, a path segment (``/phone/<token>``:
+Twilio's ``<Stream url>`` can carry nothing else), the page's cookie (``/`` and ``/browser``
+only, so another site's page cannot ride on it to ``/phone``), or, on ``/phone``, as the
+stream's ``token`` parameter in the ``start`` message (``start_token``: checked by the server
+before the call is built). ``?token=`` opens the page only (the link a person is given; the
+page then takes it out of the address bar): a query string lands in proxies' access logs, so
+no other route takes one. A Twilio-signed upgrade
 (``X-Twilio-Signature``, Twilio's published HMAC-SHA1 over the public URL) needs no token.
 
 Signature-only mode (no token; a public URL and a Twilio auth token): ``/phone`` needs a valid
@@ -33,6 +35,10 @@ from agent.net import is_loopback
 TOKEN_COOKIE = "voice_agent_token"
 PHONE, BROWSER, PAGE = "/phone", "/browser", "/"
 METRICS = "/metrics"
+QUERY_TOKEN = (
+    "?token= opens the page only: send the token in an Authorization header, or on "
+    "/phone as the last path segment or the start message's token parameter"
+)
 DEFAULT_PORTS = {"https": 443, "wss": 443, "http": 80, "ws": 80}
 # The headers whose value the server reads, on one route or another: each must come once.
 READ_HEADERS = ("Host", "Origin", "Authorization", "Cookie", "X-Twilio-Signature",
@@ -173,7 +179,7 @@ class AccessPolicy:
         if segment is not None:
             return segment
         query = parse_qs(urlsplit(request.path).query).get("token")
-        if query:
+        if query and route == PAGE:
             return query[0]
         return _cookie(request) if route in (PAGE, BROWSER) else None
 
@@ -222,6 +228,8 @@ class AccessPolicy:
         if self._token is None or signed:
             return Decision(route, signed=signed)
         given = self._presented(request, route, segment)
+        if given is None and route != PAGE and "token=" in urlsplit(request.path).query:
+            return Decision(route, HTTPStatus.UNAUTHORIZED, QUERY_TOKEN)
         if given is None and route == PHONE:
             return Decision(route, start_token=True)
         if not self.token_matches(given):

@@ -45,6 +45,7 @@ from agent.errors import UserError
 from agent.frames import NoReplyFrame, TimelineEventFrame, TranscriptRevisionFrame
 from agent.llm.engines.chat import ChatEngine
 from agent.pipeline import AgentModels, build_pipeline, run_pipeline
+from agent.private_files import make_private_folder, write_private
 from agent.settings import Settings
 from agent.timing.budget import Budget
 from agent.timing.call_recorder import CallRecorder, NullRecorder
@@ -214,8 +215,9 @@ class LiveCall:
         self.kind = kind
         self.id = secrets.token_hex(8)  # 64 bits: not guessable, never reused
         self.dir = calls_dir / f"{time.strftime('%Y%m%d-%H%M%S')}-{kind}-{self.id}"
-        calls_dir.mkdir(parents=True, exist_ok=True)
-        self.dir.mkdir()  # exclusive: a call never writes into a folder it did not make
+        if not calls_dir.is_dir():
+            make_private_folder(calls_dir, exist_ok=True)
+        make_private_folder(self.dir)  # exclusive: never writes into a folder it did not make
         rate = runtime.settings.sample_rate
         self.clock = CallClock()
         self.recorder: CallRecorder = (
@@ -327,7 +329,7 @@ class LiveCall:
     def _write_turns(self, records: list[TurnRecord]) -> None:
         """Rewrite turns.jsonl with every turn so far (atomically)."""
         tmp = self.dir / "turns.jsonl.tmp"
-        tmp.write_text(jsonl(records))
+        write_private(tmp, jsonl(records))
         tmp.replace(self.dir / "turns.jsonl")
 
     def finish(self) -> list[TurnRecord]:
@@ -339,7 +341,7 @@ class LiveCall:
         if self._record_wav:
             self.recorder.save(self.dir / "call.wav")
         summary = summarize(records, self.runtime.budget)
-        (self.dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        write_private(self.dir / "summary.json", json.dumps(summary, indent=2) + "\n")
         self.info.update(
             started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self._started)),
             duration_s=round(time.time() - self._started, 1),
@@ -351,7 +353,7 @@ class LiveCall:
             self.info.update(self._input.stats())
         if self._details is not None:
             self.info.update(self._details())
-        (self.dir / "call.json").write_text(json.dumps(self.info, indent=2) + "\n")
+        write_private(self.dir / "call.json", json.dumps(self.info, indent=2) + "\n")
         if self._tracer is not None:
             self._tracer.export(records, self.clock.wall_t0_ns, call_id=self.id)
         return records

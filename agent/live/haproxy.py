@@ -5,7 +5,10 @@ A call is one long websocket, so the next call goes to the worker with the fewes
 full or draining worker keeps the calls it has); an upgrade refused with 503 or a refused
 connection (a worker that filled up, began draining or died between two checks) is tried on
 another worker; the tunnel outlives the longest call. When no worker can take a call, the
-caller gets HAProxy's own 503 with the workers' ``Retry-After``. Its stats socket (owner
+caller gets HAProxy's own 503 with the workers' ``Retry-After``. Each worker counts the
+connections per caller address, but a caller could hold that many on every worker: HAProxy
+counts them across the pool (a stick table of connections per source address) and refuses
+the next with 503. Its stats socket (owner
 only) tells which workers it sends calls to: ``echo "show stat" | socat - <socket>``.
 """
 
@@ -19,20 +22,31 @@ from pathlib import Path
 
 from agent.errors import UserError
 from agent.live.health import READYZ, RETRY_AFTER_SECS
-from agent.llm.servers.local import LocalServer
+from agent.llm.servers.local import LocalServer, child_environment
 
 STARTUP_TIMEOUT_SECS = 10.0
 CHECK_INTERVAL = "1s"
 BUSY = "busy: no worker can take a call now, try again later"
+PER_ADDRESS = "busy: too many calls from your address already, try again later"
 
 
 def haproxy_config(
-    host: str, port: int, workers: list[int], *, max_call_secs: float, stats_socket: Path
+    host: str,
+    port: int,
+    workers: list[int],
+    *,
+    max_call_secs: float,
+    max_per_address: int,
+    stats_socket: Path,
 ) -> str:
     """The configuration: one frontend on ``host:port``, one backend of loopback ``workers``
-    (named ``w0``, ``w1``...)."""
+    (named ``w0``, ``w1``...), at most ``max_per_address`` connections from one address."""
     servers = "\n".join(f"    server w{i} 127.0.0.1:{p}" for i, p in enumerate(workers))
     tunnel = int(max_call_secs) + 60
+    too_many = (
+        f'http-request deny deny_status 503 content-type text/plain string "{PER_ADDRESS}" '
+        f"hdr Retry-After {RETRY_AFTER_SECS} if {{ sc0_conn_cur gt {max_per_address} }}"
+    )
     return f"""\
 global
     maxconn 4096
@@ -54,9 +68,13 @@ defaults
 frontend calls
     bind {host}:{port}
     http-error status 503 content-type text/plain string "{BUSY}" hdr Retry-After {RETRY_AFTER_SECS}
+    # Connections per caller address across every worker (each worker counts its own only).
+    stick-table type ipv6 size 100k expire 60s store conn_cur
+    tcp-request connection track-sc0 src
     # One X-Forwarded-For, the caller's address: `option forwardfor` appends a second header
     # to one the caller sent, and the worker refuses a header it reads twice (400).
     http-request set-header X-Forwarded-For %[src]
+    {too_many}
     default_backend workers
 
 backend workers
@@ -82,12 +100,21 @@ def haproxy_binary() -> str:
 class Haproxy(LocalServer):
     """An HAProxy process in the foreground, its config and log in a private folder."""
 
-    def __init__(self, host: str, port: int, workers: list[int], *, max_call_secs: float):
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        workers: list[int],
+        *,
+        max_call_secs: float,
+        max_per_address: int,
+    ):
         super().__init__()
         self.host, self.port = host, port
         self.name = f"haproxy on {host}:{port}"
         self._workers = workers
         self._max_call_secs = max_call_secs
+        self._max_per_address = max_per_address
 
     def start(self) -> Haproxy:
         binary = haproxy_binary()
@@ -95,9 +122,10 @@ class Haproxy(LocalServer):
         config = folder / "haproxy.cfg"
         config.write_text(haproxy_config(self.host, self.port, self._workers,
                                          max_call_secs=self._max_call_secs,
+                                         max_per_address=self._max_per_address,
                                          stats_socket=folder / "haproxy.sock"))  # fmt: skip
         self._spawn([binary, "-db", "-f", str(config)], folder / "server.log", "haproxy-",
-                    start_new_session=True)  # fmt: skip
+                    env=child_environment(), start_new_session=True)  # fmt: skip
         self._wait_ready(self._listening, STARTUP_TIMEOUT_SECS, interval=0.1)
         return self
 

@@ -28,7 +28,7 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 # Stage latencies, in seconds: from a barely-there stage to a turn far over any budget.
 BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
 # Why a call was refused before it began (a small fixed set: a label per client would not be).
-REFUSALS = ("full", "per_address", "draining", "denied")
+REFUSALS = ("full", "per_address", "pending", "draining", "denied")
 KINDS = ("phone", "browser")
 # The stages that report errors (``StageErrorFrame``), and ``call`` for a failed call.
 ERROR_STAGES = ("stt", "llm", "tts", "transport", "call")

@@ -7,8 +7,10 @@ calls per process, while the LLM stays loaded once: the workers use it as an
 OpenAI-compatible URL with its key (``llm.engine: openai``). Workers listen on loopback
 ports; only HAProxy listens on the pool's address. Calls come through a proxy, so a serve
 token is required (``docs/security.md``). A worker that exits is started again: SIGTERM one
-worker to restart it without cutting its calls off (it drains first). SIGTERM to the pool
-drains every worker, then stops HAProxy and the LLM server.
+worker to restart it without cutting its calls off (it drains first). So is the LLM server,
+on the same port with the same key, waiting longer after each start that fails (its old
+process reaped, never left a zombie); meanwhile the workers' ``/readyz`` says 503. SIGTERM to
+the pool drains every worker, then stops HAProxy and the LLM server.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,6 +38,8 @@ from agent.net import free_port
 from agent.settings import LLMSettings, Settings
 
 STARTUP_TIMEOUT_SECS = 300  # model loading on a busy 2-core machine
+# Waits before starting the LLM server again after a start that failed: doubling up to this.
+LLM_RETRY_MAX_SECS = 60.0
 EXIT_MARGIN_SECS = 60  # past the drain limit: writing the last calls' files, unloading models
 
 
@@ -134,6 +139,8 @@ class Pool:
                "VOICE_AGENT_LLM__MODEL": gguf.stem,
                "VOICE_AGENT_SERVE__TOKEN": settings.serve.token.get_secret_value(),
                "VOICE_AGENT_SERVE__MAX_CALLS": str(settings.serve.max_calls),
+               "VOICE_AGENT_SERVE__MAX_CALLS_PER_ADDRESS": str(
+                   settings.serve.max_calls_per_address),
                "VOICE_AGENT_SERVE__DRAIN_SECS": str(settings.serve.drain_secs)}  # fmt: skip
         self.workers = [
             Worker(i, free_port(), calls_dir / f"worker-{i}", env,
@@ -146,8 +153,11 @@ class Pool:
                 asr = min(count, settings.asr.threads)
                 worker.env = {"VOICE_AGENT_ASR__THREADS": str(asr),
                               "VOICE_AGENT_TTS__THREADS": str(count), **env}  # fmt: skip
+        self._llm_retry_at = 0.0  # when the LLM server may be started again (monotonic)
+        self._llm_backoff = 1.0
         self.haproxy = Haproxy(host, port, [w.port for w in self.workers],
-                               max_call_secs=settings.serve.max_call_secs)  # fmt: skip
+                               max_call_secs=settings.serve.max_call_secs,
+                               max_per_address=settings.serve.max_calls_per_address)  # fmt: skip
 
     @staticmethod
     def llm_settings(settings: Settings, workers: int, say: Callable[[str], None]) -> LLMSettings:
@@ -184,6 +194,37 @@ class Pool:
                  f"ports {ports}, LLM at {self.llm.base_url}, "
                  f"{self.llm.slots} slot(s))")  # fmt: skip
         return self
+
+    def run(self, stopping: threading.Event, every_secs: float = 1.0) -> None:
+        """Keep the pool serving until ``stopping`` is set (``supervise`` every second)."""
+        while not stopping.wait(every_secs):
+            self.supervise()
+
+    def supervise(self) -> None:
+        """Start again what has exited: the LLM server, then the workers."""
+        self.restart_llm()
+        self.restart_exited()
+
+    def restart_llm(self) -> None:
+        """Start the shared LLM server again if it has exited (killed, crashed): on its own
+        port with its own key, which the workers know; one line each time. A start that
+        fails is tried again after 1, 2, 4... s (at most ``LLM_RETRY_MAX_SECS``)."""
+        if self.llm.alive() or time.monotonic() < self._llm_retry_at:  # alive() reaps it
+            return
+        code = self.llm.returncode
+        self.llm.stop(keep_folder=True)  # the old process reaped, its log kept
+        self.say(f"the LLM server exited (status {code}): starting it again")
+        began = time.monotonic()
+        try:
+            self.llm.start()
+        except UserError as exc:
+            self._llm_retry_at = time.monotonic() + self._llm_backoff
+            self.say(f"the LLM server did not start ({exc}): trying again in "
+                     f"{self._llm_backoff:g} s")  # fmt: skip
+            self._llm_backoff = min(self._llm_backoff * 2, LLM_RETRY_MAX_SECS)
+            return
+        self._llm_backoff = 1.0
+        self.say(f"the LLM server answers again ({time.monotonic() - began:.1f} s to start)")
 
     def restart_exited(self) -> None:
         """Start again each worker that has exited (drained after a SIGTERM, or died)."""

@@ -11,10 +11,13 @@ in progress finish, up to ``drain_secs``); either way every call writes its file
 client's bad messages cost a warning line each, a broken protocol ends that call only:
 nothing a client sends takes the server down.
 
-Hardening (issues 9 and 24): who may connect is decided in ``process_request``, before any
-model work (``agent.live.access``: token, Twilio signature, Origin, Host); at most
+Hardening (issues 9, 24 and 56): who may connect is decided in ``process_request``, before
+any model work (``agent.live.access``: token, Twilio signature, Origin, Host); at most
 ``max_calls`` connections, pending handshakes included, and ``max_calls_per_address`` from
-one address are served at once (the next gets HTTP 503 with ``Retry-After``); a call
+one address are served at once (the next gets HTTP 503 with ``Retry-After``). A ``/phone``
+upgrade without a token, which may bring it in its ``start`` message, waits in a pool of its
+own (``max_pending``, and ``max_calls_per_address`` of them per address) and takes a call's
+slot only once its token checks out: token-less sockets cannot keep a caller out. A call
 with no audio for ``no_media_secs`` is hung up, and one lasts at most ``max_call_secs``; a
 message over ``MAX_MESSAGE_BYTES`` closes its own connection; caller audio faster than real
 time is dropped; each call's warning lines and the server's refusal lines are rate-limited.
@@ -57,12 +60,13 @@ from agent.live.access import (
 )
 from agent.live.call import LiveCall, Runtime
 from agent.live.drain import Drain
-from agent.live.health import PROBES, RETRY_AFTER_SECS, probe
+from agent.live.health import PROBES, RETRY_AFTER_SECS, LLMWatch, probe
 from agent.live.limits import LogBudget, WarningLimiter
 from agent.live.metrics import CONTENT_TYPE, CallMetrics
 from agent.live.process_memory import collect_call_garbage
 from agent.live.retention import Retention, prune_calls, room_to_record
 from agent.net import is_loopback
+from agent.private_files import make_private_folder
 from agent.redact import clip_text
 from agent.transports.browser import BrowserInput, BrowserOutput, EventSender, parse_control
 from agent.transports.live import LiveInput, LiveOutput
@@ -105,6 +109,7 @@ class Admission:
 
     decision: Decision
     address: str
+    pending: bool = False  # waiting for the token in its start message: not a call's slot yet
 
     @property
     def counted_address(self) -> str | None:
@@ -180,18 +185,22 @@ class CallServer:
         twilio_auth_token: str | None = None,
         max_calls: int = 8,
         max_calls_per_address: int | None = None,
+        max_pending: int = 8,
         max_call_secs: float | None = None,
         no_media_secs: float = 5.0,
         retention: Retention | None = None,
         drain_secs: float = 60.0,
+        llm_watch: LLMWatch | None = None,
     ) -> None:
         self.runtime = runtime
+        self.llm_watch = llm_watch
         self.calls_dir = calls_dir
         self.record_wav = record_wav
         self.say = say
         self.calls: dict[str, LiveCall] = {}
         self.max_calls = max_calls
         self.max_calls_per_address = max_calls_per_address or max_calls
+        self.max_pending = max_pending
         self.max_call_secs = max_call_secs
         self.no_media_secs = no_media_secs
         self.retention = retention or Retention()
@@ -212,8 +221,14 @@ class CallServer:
 
     @property
     def connections(self) -> int:
-        """Connections open now, handshakes included: what ``max_calls`` counts."""
-        return len(self._open)
+        """Connections open now, handshakes included, but not those still waiting for their
+        token in ``start``: what ``max_calls`` counts."""
+        return sum(not a.pending for a in self._open.values())
+
+    @property
+    def pending(self) -> int:
+        """Connections waiting for their token in ``start``: what ``max_pending`` counts."""
+        return sum(a.pending for a in self._open.values())
 
     def bound(self, host: str, port: int) -> None:
         """Learn the address actually listened on: the server's own origins follow from it."""
@@ -241,7 +256,9 @@ class CallServer:
         metrics, let the websockets through."""
         path = urlsplit(request.path).path
         if path in PROBES:  # before the access checks: a balancer has no token (says one word)
-            status, word = probe(path, full=self.full, draining=self.drain.draining)
+            down = self.llm_watch is not None and self.llm_watch.down
+            status, word = probe(path, full=self.full, draining=self.drain.draining,
+                                 llm_down=down)  # fmt: skip
             response = _secured(connection.respond(status, word + "\n"))
             response.headers["Cache-Control"] = "no-store"
             return response
@@ -258,18 +275,12 @@ class CallServer:
                 self.metrics.refused.labels("denied").inc()
             return self._refuse(connection, route, decision.status, decision.reason)
         if route in (PHONE, BROWSER):
-            admission = Admission(decision, address)
-            counted = admission.counted_address
-            from_there = sum(a.counted_address == counted for a in self._open.values())
-            if self.drain.draining:
-                why, reason = "draining", "draining: this server is shutting down, try again"
-            elif self.full:
-                why, reason = "full", f"busy: {self.max_calls} calls in progress, try again later"
-            elif counted is not None and from_there >= self.max_calls_per_address:
-                why, reason = "per_address", f"busy: {from_there} calls from your address already"
-            else:
+            admission = Admission(decision, address, pending=decision.start_token)
+            busy = self._no_room(admission)
+            if busy is None:
                 self._admit(connection, admission)
                 return None
+            why, reason = busy
             self.metrics.refused.labels(why).inc()
             return self._refuse(connection, route, HTTPStatus.SERVICE_UNAVAILABLE, reason)
         if route == PAGE:
@@ -279,6 +290,22 @@ class CallServer:
         return _secured(connection.respond(
             HTTPStatus.NOT_FOUND, f"no such path {clip_text(route, 60)}: try / /phone /browser\n"
         ))  # fmt: skip
+
+    def _no_room(self, admission: Admission) -> tuple[str, str] | None:
+        """Why there is no room for ``admission`` in its pool (calls, or those waiting for
+        their start), as a metric label and a reason; None when there is."""
+        pool = [a for a in self._open.values() if a.pending == admission.pending]
+        counted = admission.counted_address
+        from_there = sum(a.counted_address == counted for a in pool) if counted else 0
+        if self.drain.draining:
+            return "draining", "draining: this server is shutting down, try again"
+        if self.full:
+            return "full", f"busy: {self.max_calls} calls in progress, try again later"
+        if admission.pending and len(pool) >= self.max_pending:
+            return "pending", f"busy: {len(pool)} connections wait for their start message"
+        if from_there >= self.max_calls_per_address:
+            return "per_address", f"busy: {from_there} calls from your address already"
+        return None
 
     def _admit(self, connection: ServerConnection, admission: Admission) -> None:
         """Count the connection from now until its socket closes, handshake or not."""
@@ -326,6 +353,18 @@ class CallServer:
         finally:
             collect_call_garbage()  # the call is unreachable now: free what it held at once
 
+    def _promote(self, ws: ServerConnection) -> tuple[str, str] | None:
+        """A waiting connection whose token checked out takes a call's slot, if one is free
+        (see ``_no_room``: None when it did)."""
+        admission = self._open.get(ws)
+        if admission is None or not admission.pending:
+            return None
+        calls = Admission(admission.decision, admission.address)
+        busy = self._no_room(calls)
+        if busy is None:
+            admission.pending = False
+        return busy
+
     def _warnings(self, ws: ServerConnection) -> WarningLimiter:
         """The warning lines of one connection: its own limit, its address's, the server's."""
         admission = self._open.get(ws)
@@ -369,6 +408,12 @@ class CallServer:
                            "message", _peer(ws))  # fmt: skip
             self.metrics.refused.labels("denied").inc()
             await ws.close(1008, "missing or wrong token")
+            return
+        if decision.start_token and (busy := self._promote(ws)) is not None:
+            why, reason = busy
+            self._warn("refused /phone from {}: {}", _peer(ws), reason)
+            self.metrics.refused.labels(why).inc()
+            await ws.close(1013, reason)  # try again later
             return
         call = self._new_call("phone", details=lambda: {
             "stream_sid": stream.stream_sid, "call_sid": stream.call_sid,
@@ -496,7 +541,10 @@ class CallServer:
     async def prune(self) -> None:
         """Keep ``calls/`` within its retention limits (off the event loop: it walks disk)."""
         keep = [call.dir for call in self.calls.values()]
-        await asyncio.to_thread(prune_calls, self.calls_dir, self.retention, keep=keep)
+        try:
+            await asyncio.to_thread(prune_calls, self.calls_dir, self.retention, keep=keep)
+        except OSError as exc:  # the call ended as it should: its client hears no error
+            logger.error("calls retention failed: {}", clip_text(str(exc), 160))
 
 
 def _ok(connection: ServerConnection, body: bytes, content_type: str) -> Response:
@@ -567,7 +615,7 @@ async def serve_calls(
         ) as ws_server:  # fmt: skip
             bound = next(iter(ws_server.sockets)).getsockname()[1]
             server.bound(host, bound)
-            server.calls_dir.mkdir(parents=True, exist_ok=True)  # its free space is checked
+            make_private_folder(server.calls_dir, exist_ok=True)  # its free space is checked
             await server.prune()
             server.say(
                 f"serving on http://{host}:{bound}/ (phone: ws://{host}:{bound}/phone, "
@@ -577,6 +625,8 @@ async def serve_calls(
                 server.say("signature-only mode (no serve token): only Twilio-signed /phone "
                            "calls are served, and /, /browser and /metrics are refused; set "
                            "VOICE_AGENT_SERVE__TOKEN to open them")  # fmt: skip
+            watch = server.llm_watch
+            watching = asyncio.ensure_future(watch.run()) if watch is not None else None
             if on_ready is not None:
                 result = on_ready(bound)
                 if asyncio.iscoroutine(result):
@@ -584,6 +634,8 @@ async def serve_calls(
             await server.drain.wait(stop, lambda: server.connections, server.say)
             if server.calls:
                 server.say(f"shutting down: hanging up {len(server.calls)} call(s)")
+            if watching is not None:
+                watching.cancel()
             ws_server.close()
             await ws_server.wait_closed()
     finally:

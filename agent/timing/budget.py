@@ -69,20 +69,23 @@ class Budget(BaseModel):
         return out
 
     def check(self, values: dict[str, list[float]]) -> list[str]:
-        """One line per violated limit over a run's turns (empty when within budget)."""
+        """One line per stage over budget in a run's turns, saying by how much (empty when
+        within budget), so a reader sees what to work on without doing the sums."""
         problems = []
         for name, limit in self.stages.items():
             xs = values.get(name) or []
-            if not xs:
+            overs = [
+                (pct, got, bound)
+                for pct, bound in (("p50", limit.p50), ("p95", limit.p95))
+                if xs and bound is not None and (got := percentile(xs, int(pct[1:]))) > bound
+            ]
+            if not overs:
                 continue
-            for pct, bound in (("p50", limit.p50), ("p95", limit.p95)):
-                if bound is None:
-                    continue
-                got = percentile(xs, int(pct[1:]))
-                if got > bound:
-                    problems.append(
-                        f"{name} {pct} {got:.0f} ms > budget {bound:.0f} ms ({len(xs)} turns)"
-                    )
+            (pct, got, bound), *more = overs
+            line = f"{name} {pct} {got:.0f} ms, budget {bound:.0f} ms: {got - bound:.0f} ms over"
+            for pct, got, bound in more:
+                line += f" ({pct} {got:.0f} ms: {got - bound:.0f} ms over)"
+            problems.append(line)
         return problems
 
 

@@ -15,6 +15,8 @@ from typing import BinaryIO
 import numpy as np
 from loguru import logger
 
+from agent.private_files import create_private
+
 WAV_HEADER_BYTES = 44
 CHANNELS = 2
 FRAME_BYTES = 2 * CHANNELS  # one int16 sample per channel
@@ -55,7 +57,7 @@ class CallRecorder:
             if self._path is None:
                 self._file = tempfile.TemporaryFile(buffering=0)
             else:  # exclusive: never writes through a file or link someone else put there
-                self._file = open(self._path, "x+b", buffering=0)  # noqa: SIM115 - kept open
+                self._file = create_private(self._path)
             self._file.write(wav_header(self.rate, 0))
         return self._file
 
@@ -104,7 +106,8 @@ class CallRecorder:
             os.pwrite(file.fileno(), wav_header(self.rate, frames), 0)
             if self._path is None:
                 file.seek(0)
-                with open(path, "wb") as out:
+                path.unlink(missing_ok=True)
+                with create_private(path) as out:
                     shutil.copyfileobj(file, out)
             elif self._path != path:
                 os.replace(self._path, path)

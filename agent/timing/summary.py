@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from agent.timing.budget import Budget, rounded_percentile
@@ -53,13 +54,17 @@ def summarize(records: list[TurnRecord], budget: Budget) -> dict[str, Any]:
     }
 
 
-def verdict_lines(summary: dict[str, Any]) -> list[str]:
-    """What a run's summary says to a person: voice-to-voice and the budget verdict, then one
-    ``over budget:`` line per violated limit."""
+def verdict_lines(summary: dict[str, Any], run_dir: Path | None = None) -> list[str]:
+    """What a run's summary says to a person: voice-to-voice and the budget verdict, one
+    ``over budget:`` line per stage over its limits, and, given the run's folder, where the
+    turn-by-turn report comes from (the verdict alone does not say which turns to look at)."""
     v2v = summary["stages"]["voice_to_voice"]
-    return [
+    lines = [
         f"voice-to-voice p50 {ms(v2v['p50'])} ms, p95 {ms(v2v['p95'])} ms over "
         f"{summary['answered_turns']}/{summary['turns']} answered turns; "
         f"budget '{summary['budget']['profile']}': {summary['verdict']}",
         *(f"over budget: {line}" for line in summary["violations"]),
     ]
+    if run_dir is not None:
+        lines.append(f"each turn, charted: `voice-agent report {run_dir}` writes report.html there")
+    return lines

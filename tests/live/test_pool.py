@@ -1,7 +1,7 @@
 """``voice-agent pool`` for real: HAProxy, two ``voice-agent serve`` workers and one llama.cpp
 server on loopback. Calls spread over the workers and their metrics move; a worker sent
 SIGTERM finishes its call and exits 0 while new calls go to the other; a worker killed with
-SIGKILL loses its own call only.
+SIGKILL loses its own call only; a killed LLM server is reaped and started again.
 
 Only the telephone network is simulated (``tests.support.caller``). No verdict depends on CPU
 speed: every wait is for an event, with a limit that only a hang reaches.
@@ -16,7 +16,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -178,3 +181,37 @@ async def test_a_killed_worker_loses_only_its_own_call(pool):
     assert victim.process.wait() == -signal.SIGKILL
     assert call_info(survivor, kept.stream_sid) is not None
     assert call_info(survivor, lost.stream_sid) is None
+
+
+async def test_a_killed_llm_server_is_reaped_started_again_and_answers(pool):
+    """A killed shared LLM server was never started again (every later turn an apology,
+    /readyz 200, nothing logged) and stayed a zombie until the pool exited."""
+    lines: list[str] = []
+    pool.say = lines.append
+    serving = [w for w in pool.workers if w.process.poll() is None]
+    old = pool.llm.pid
+    environ = Path(f"/proc/{old}/environ").read_bytes()  # what it inherited: not our secrets
+    assert b"PATH=" in environ and b"VOICE_AGENT" not in environ
+    os.kill(old, signal.SIGKILL)
+    # Nobody has restarted it yet: the workers say they cannot take a call.
+    assert await wait_until(lambda: all(w.probe() == 503 for w in serving), WAIT)
+    stopping = threading.Event()
+    supervisor = threading.Thread(target=pool.run, args=(stopping, 0.2))
+    began = time.monotonic()
+    supervisor.start()
+    try:
+        assert await wait_until(lambda: pool.llm.pid != old and pool.llm.alive(), WAIT)
+        assert not Path(f"/proc/{old}").exists(), "the killed server was not reaped"
+        assert await wait_until(lambda: all(w.probe() == 200 for w in serving), WAIT)
+        names = [w.name for w in serving]
+        await asyncio.to_thread(pool.haproxy.wait_up, names, WAIT)
+        async with caller(pool) as phone:
+            assert await answered(phone)
+            print(f"answering again {time.monotonic() - began:.1f} s after the supervisor "
+                  f"found the LLM server gone: {lines}")  # fmt: skip
+            assert await phone.hang_up(WAIT)
+    finally:
+        stopping.set()
+        supervisor.join(WAIT)
+    assert any("the LLM server exited (status -9)" in line for line in lines), lines
+    assert any("the LLM server answers again" in line for line in lines), lines

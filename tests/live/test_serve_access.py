@@ -59,7 +59,10 @@ def test_a_foreign_origin_is_refused_on_phone_with_or_without_the_cookie():
 def test_token_places():
     access = policy(token=TOKEN)
     assert access.decide(request(f"/phone/{TOKEN}")).status is None
-    assert access.decide(request(f"/phone?token={TOKEN}")).status is None
+    for path in ("/phone", "/browser", "/metrics"):  # a query lands in access logs
+        refused = access.decide(request(f"{path}?token={TOKEN}"))
+        assert refused.status == HTTPStatus.UNAUTHORIZED and "opens the page only" in refused.reason
+    assert access.decide(request(f"/?token={TOKEN}")).status is None
     assert access.decide(request("/phone", Authorization=f"Bearer {TOKEN}")).status is None
     assert access.decide(request("/phone/wrong-token")).status == HTTPStatus.UNAUTHORIZED
     assert access.decide(request("/browser")).status == HTTPStatus.UNAUTHORIZED

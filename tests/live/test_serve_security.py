@@ -55,7 +55,7 @@ def server(tmp_path_factory) -> Iterator[Server]:
 
 
 def phone_url(server: Server, token: str | None = TOKEN) -> str:
-    return server.url("/phone") + (f"?token={token}" if token is not None else "")
+    return server.url("/phone") + (f"/{token}" if token is not None else "")
 
 
 async def refused_status(url: str, **kwargs) -> int | None:
@@ -160,7 +160,7 @@ async def test_token_is_required_and_checked(server):
     # A refused handshake creates no call.
     assert not server.calls("phone") and not server.calls("browser")
 
-    # The right token, as a header or in the query: the call works.
+    # The right token, as a header or in the path: the call works.
     bearer = {"Authorization": f"Bearer {TOKEN}"}
     assert await refused_status(server.url("/phone"), additional_headers=bearer) is None
     question = load_audio(SAMPLES / "new_home_in_the_stars.wav", 16000)
@@ -178,11 +178,11 @@ async def test_token_is_required_and_checked(server):
 
 
 async def test_browser_origin_is_checked(server):
-    url = server.url("/browser") + f"?token={TOKEN}"
-    assert await refused_status(url, origin="http://evil.example") == 403
-    assert await refused_status(url, origin=f"http://evil.example:{server.port}") == 403
+    url, bearer = server.url("/browser"), {"Authorization": f"Bearer {TOKEN}"}
+    for evil in ("http://evil.example", f"http://evil.example:{server.port}"):
+        assert await refused_status(url, origin=evil, additional_headers=bearer) == 403
     for origin in (f"http://127.0.0.1:{server.port}", f"http://localhost:{server.port}", ALLOWED):
-        async with connect(url, origin=origin) as ws:
+        async with connect(url, origin=origin, additional_headers=bearer) as ws:
             first = json.loads(await asyncio.wait_for(ws.recv(), 30))
             assert first["type"] == "call"
             await ws.send(json.dumps({"type": "stop"}))
@@ -200,7 +200,8 @@ async def test_too_many_calls_are_refused_with_503(server):
     phones = [await open_caller(phone_url(server)) for _ in range(MAX_CALLS)]
     try:
         assert await refused_status(phone_url(server)) == 503
-        assert await refused_status(server.url("/browser") + f"?token={TOKEN}") == 503
+        bearer = {"Authorization": f"Bearer {TOKEN}"}
+        assert await refused_status(server.url("/browser"), additional_headers=bearer) == 503
         assert await phones[0].hang_up(30)
         # A freed slot takes the next caller.
         extra = await open_caller(phone_url(server), timeout=10)

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from agent.errors import UserError
-from agent.llm.servers.local import LocalServer
+from agent.llm.servers.local import LocalServer, child_environment
 
 
 class PythonServer(LocalServer):
@@ -23,7 +23,8 @@ class PythonServer(LocalServer):
         self._code, self._ready = code, ready
 
     def start(self) -> PythonServer:
-        self._spawn([sys.executable, "-c", self._code], self.log_path, "test-server-")
+        self._spawn([sys.executable, "-c", self._code], self.log_path, "test-server-",
+                    env=child_environment())  # fmt: skip
         self._wait_ready(lambda: self._ready, timeout=0.5, interval=0.05)
         return self
 

@@ -48,6 +48,21 @@ def raw_request(
 ) -> tuple[int, bytes]:
     """Send one request as written (headers in order, repeats kept, Host as given) to a server
     on loopback; return its status and the raw response head and body read so far."""
+    status, head, sock = held_request(port, path, headers, upgrade=upgrade)
+    sock.close()
+    return status, head
+
+
+def held_request(
+    port: int,
+    path: str,
+    headers: list[tuple[str, str]],
+    *,
+    upgrade: bool = True,
+    source: str = "127.0.0.1",
+) -> tuple[int, bytes, socket.socket]:
+    """``raw_request`` from the loopback address ``source`` (127.0.0.2 is another caller),
+    leaving the socket open: an upgraded one holds its connection until closed."""
     lines = [f"GET {path} HTTP/1.1"]
     if not any(name.lower() == "host" for name, _ in headers):
         lines.append(f"Host: 127.0.0.1:{port}")
@@ -55,13 +70,13 @@ def raw_request(
         lines += ["Upgrade: websocket", "Connection: Upgrade", "Sec-WebSocket-Version: 13",
                   f"Sec-WebSocket-Key: {base64.b64encode(os.urandom(16)).decode()}"]  # fmt: skip
     lines += [f"{name}: {value}" for name, value in headers]
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            data += chunk
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
+    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
     status = int(data.split(b" ", 2)[1]) if data.startswith(b"HTTP/1.1 ") else 0
-    return status, data
+    return status, data, sock

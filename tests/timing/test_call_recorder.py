@@ -117,3 +117,12 @@ def test_a_folder_taken_already_is_not_written_through(tmp_path: Path):
     part.write_bytes(b"someone else's")
     with pytest.raises(FileExistsError):
         CallRecorder(RATE, part)
+
+
+@pytest.mark.parametrize("streamed", [True, False])
+def test_the_recording_is_the_owners_alone(tmp_path: Path, streamed: bool):
+    """A call's recording was written 0644: any local user could listen to the caller."""
+    recorder = CallRecorder(RATE, tmp_path / "call.wav.part" if streamed else None)
+    recorder.write_user(0, np.ones(CHUNK, np.int16).tobytes())
+    recorder.save(tmp_path / "call.wav")
+    assert (tmp_path / "call.wav").stat().st_mode & 0o777 == 0o600

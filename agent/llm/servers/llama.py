@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from agent.errors import UserError
-from agent.llm.servers.local import LocalServer, models_answer, new_api_key
+from agent.llm.servers.local import LocalServer, child_environment, models_answer, new_api_key
 from agent.net import free_port
 from agent.settings import LLMSettings
 
@@ -100,7 +100,7 @@ class LlamaServer(LocalServer):
 
     def start(self) -> LlamaServer:
         # The same log file on a restart; the key in the environment, which its settings read.
-        env = {**os.environ, self.key_variable: self.api_key}
+        env = child_environment(**{self.key_variable: self.api_key})
         self._spawn(self.command(), self.log_path, "llama-server-", env=env)
         self._wait_ready(lambda: self.healthy(timeout=1), STARTUP_TIMEOUT_SECS, interval=0.2)
         return self

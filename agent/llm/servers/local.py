@@ -3,11 +3,14 @@ until the server answers, and a stop that leaves no process behind.
 
 The key goes to the server in its environment (only its own user can read that, unlike a
 command line), so other local users cannot use a server the agent started. The server's
-output goes to a file, never to a pipe nobody reads (a full pipe stops the server).
+output goes to a file, never to a pipe nobody reads (a full pipe stops the server). A server
+inherits only what it needs of the agent's environment (``child_environment``): never the
+serve token, the Twilio auth token or another service's key.
 """
 
 from __future__ import annotations
 
+import os
 import secrets
 import shutil
 import subprocess
@@ -20,6 +23,20 @@ from typing import IO, Any, Self
 import httpx
 
 from agent.errors import UserError
+
+# What a server the agent starts inherits of its environment: where programs, libraries and
+# temporary files are, the locale, and its own runtime's knobs (threads, GPUs, caches).
+INHERITED = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TZ", "TMPDIR",
+                       "LD_LIBRARY_PATH", "VIRTUAL_ENV"})  # fmt: skip
+INHERITED_PREFIXES = ("LC_", "XDG_", "OMP_", "MKL_", "OPENBLAS_", "GGML_", "LLAMA_ARG_",
+                      "CUDA_", "NVIDIA_", "HF_", "VLLM_", "TORCH", "TRANSFORMERS_")  # fmt: skip
+
+
+def child_environment(**own: str) -> dict[str, str]:
+    """The environment of a server the agent starts: what it needs of ours, and ``own``."""
+    kept = {k: v for k, v in os.environ.items()
+            if k in INHERITED or k.startswith(INHERITED_PREFIXES)}  # fmt: skip
+    return {**kept, **own}
 
 
 def new_api_key() -> str:
@@ -98,14 +115,17 @@ class LocalServer:
         self._scratch = Path(tempfile.mkdtemp(prefix=prefix))
         return self._scratch
 
-    def _spawn(self, cmd: list[str], log: Path | None, prefix: str, **popen: Any) -> None:
-        """``log``: the server's log file (in a private folder when None)."""
+    def _spawn(
+        self, cmd: list[str], log: Path | None, prefix: str, env: dict[str, str], **popen: Any
+    ) -> None:
+        """``log``: the server's log file (in a private folder when None); ``env``: its whole
+        environment (``child_environment``)."""
         if log is None:
             log = self._private_folder(prefix) / "server.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         self.log_path, self._log_file = log, log.open("w")
         self._proc = subprocess.Popen(cmd, stdout=self._log_file, stderr=subprocess.STDOUT,
-                                      **popen)  # fmt: skip
+                                      env=env, **popen)  # fmt: skip
 
     def _wait_ready(self, ready: Callable[[], bool], timeout: float, interval: float) -> None:
         """Until ``ready`` holds; stopped, and one UserError line, if it never does."""
@@ -124,6 +144,11 @@ class LocalServer:
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
+
+    @property
+    def returncode(self) -> int | None:
+        """How the process ended (negative: the signal); None while it runs."""
+        return self._proc.poll() if self._proc is not None else None
 
     def _terminate(self, proc: subprocess.Popen) -> None:
         terminate(proc, timeout=self.stop_timeout_secs)

@@ -20,7 +20,13 @@ from pathlib import Path
 
 from agent import model_store
 from agent.errors import UserError
-from agent.llm.servers.local import LocalServer, models_answer, new_api_key, terminate
+from agent.llm.servers.local import (
+    LocalServer,
+    child_environment,
+    models_answer,
+    new_api_key,
+    terminate,
+)
 from agent.net import free_port
 from agent.settings import LLMSettings
 
@@ -161,7 +167,7 @@ class VllmServer(LocalServer):
     def environment(self, *, own_key: bool = True) -> dict[str, str]:
         """The server's environment; without ``own_key`` (a server run for others) the key
         is whatever VLLM_API_KEY the user set, since nobody else would know a random one."""
-        env = {**os.environ, "VLLM_API_KEY": self.api_key} if own_key else dict(os.environ)
+        env = child_environment(VLLM_API_KEY=self.api_key) if own_key else child_environment()
         if not self.gpu:
             # The CPU build reserves this much memory (GiB) for its KV cache; its default
             # (4 GiB) is far more than a 2048-token context of a small model needs.

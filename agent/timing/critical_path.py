@@ -47,9 +47,22 @@ def _covered(spans: list[tuple[float, float]]) -> float:
     return total
 
 
+def _by_kind(ran: list[RanJob]) -> list[RanJob]:
+    """One entry per kind (the VAD runs every 32 ms): first start to last end, CPU summed."""
+    kinds: dict[str, RanJob] = {}
+    for r in ran:
+        if (k := kinds.get(r.kind)) is None:
+            kinds[r.kind] = r.model_copy()
+            continue
+        k.start_ms, k.end_ms = min(k.start_ms, r.start_ms), max(k.end_ms, r.end_ms)
+        k.cpu_ms += r.cpu_ms
+    return list(kinds.values())
+
+
 def critical_path(intervals: dict[str, tuple[float, float]], jobs: list[Job]) -> list[PathStep]:
     """The path's steps in time order, from a record's stage intervals (``stage_intervals``)
-    and the profile's jobs; a job's CPU time is shared by the steps it overlaps, by time."""
+    and the profile's jobs; a job's CPU time is shared by the steps it overlaps, by time, and
+    a step lists each kind once."""
     names = [n for n in (*PART_STAGES, GAP) if n in intervals]
     steps = []
     for name in sorted(names, key=lambda n: intervals[n]):
@@ -65,5 +78,7 @@ def critical_path(intervals: dict[str, tuple[float, float]], jobs: list[Job]) ->
             share = 1.0 if job_end == job.start_ms else (hi - lo) / (job_end - job.start_ms)
             ran.append(RanJob(kind=job.kind, start_ms=lo, end_ms=hi, cpu_ms=job.cpu_ms * share))
         waited = (end - start) - _covered([(r.start_ms, r.end_ms) for r in ran])
-        steps.append(PathStep(stage=name, start_ms=start, end_ms=end, ran=ran, waited_ms=waited))
+        steps.append(
+            PathStep(stage=name, start_ms=start, end_ms=end, ran=_by_kind(ran), waited_ms=waited)
+        )
     return steps

@@ -79,14 +79,21 @@ def test_marks_cost_nothing_without_a_profile_and_unknown_kinds_are_refused() ->
 
 def test_the_critical_path_lists_what_ran_in_each_stage_and_what_waited() -> None:
     jobs = [
+        cpu.Job("vad", "vad", 95.0, 96.0, cpu_ms=0.5),
         cpu.Job("smart_turn", "smart_turn", 100.0, 140.0, cpu_ms=40.0),
+        cpu.Job("vad", "vad", 127.0, 128.0, cpu_ms=0.5),
         cpu.Job("llm_prefill", "llama", 150.0, 250.0, cpu_ms=180.0),
     ]
     steps = critical_path({"endpointing": (90.0, 200.0), "llm_ttft": (200.0, 260.0)}, jobs)
     assert [s.stage for s in steps] == ["endpointing", "llm_ttft"]
     first, second = steps
-    assert [(r.kind, r.cpu_ms) for r in first.ran] == [("smart_turn", 40.0), ("llm_prefill", 90.0)]
-    assert first.waited_ms == pytest.approx(110 - 40 - 50)
+    ran = [(r.kind, r.start_ms, r.end_ms, r.cpu_ms) for r in first.ran]
+    assert ran == [
+        ("vad", 95.0, 128.0, 1.0),  # each kind once
+        ("smart_turn", 100.0, 140.0, 40.0),
+        ("llm_prefill", 150.0, 200.0, 90.0),
+    ]
+    assert first.waited_ms == pytest.approx(110 - 1 - 40 - 50)
     assert [(r.kind, r.cpu_ms) for r in second.ran] == [("llm_prefill", 90.0)]
     assert second.waited_ms == pytest.approx(10.0)
 

@@ -33,5 +33,5 @@ def test_a_replayed_call_is_accounted_by_kind_within_what_other_covers(tmp_path:
         for line in (tmp_path / "turns.jsonl").read_text().splitlines()
     ]
     path = records[0].critical_path
-    assert path and path[0].stage == "endpointing"
+    assert path and "endpointing" in [step.stage for step in path]
     assert any(r.kind == "smart_turn" for step in path for r in step.ran)

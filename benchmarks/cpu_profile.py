@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,7 @@ def profile(paths: list[Path], out_dir: Path, pace: str) -> dict[str, Any]:
             )  # fmt: skip
             seconds = ledger.seconds()
             call_ms = clock.now_ms()
+            jobs = Counter(job.kind for job in ledger.jobs)
     return {
         "cpu_model": cpu_model(),
         "pace": pace,
@@ -83,6 +85,7 @@ def profile(paths: list[Path], out_dir: Path, pace: str) -> dict[str, Any]:
         "call_secs": round(call_ms / 1000, 1),
         "cpu_secs": {k: round(v, 3) for k, v in seconds.items()},
         "cpu_secs_per_call_minute": per_minute(seconds, call_ms),
+        "jobs": {kind: jobs[kind] for kind in cpu.KINDS if jobs[kind]},
     }
 
 

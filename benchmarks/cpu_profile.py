@@ -13,7 +13,7 @@ another process's.
 
     .venv/bin/python -m benchmarks.cpu_profile ../shared/corpus/main/manifest.jsonl \
         [--pace compute|realtime] [--limit N] [--out runs/cpu_profile] [--label TEXT] \
-        [--chart docs/cpu_profile.png [--compare OTHER/profile.json ...]]
+        [--chart docs/lab/cpu_profile.png [--compare OTHER/profile.json ...]]
 """
 
 from __future__ import annotations

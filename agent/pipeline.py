@@ -38,6 +38,7 @@ from agent.settings import Settings
 from agent.synthesis.chunker import PhraseChunker
 from agent.synthesis.guard import PhraseGuard
 from agent.synthesis.piper_tts import PiperTTS, PiperVoiceModel
+from agent.timing import cpu
 
 
 @dataclass
@@ -50,9 +51,14 @@ class AgentModels:
 
     @classmethod
     def load(cls, settings: Settings) -> AgentModels:
-        decoder = WhisperDecoder.from_settings(settings.asr, settings.models_dir)
-        voice = PiperVoiceModel.from_settings(settings.tts, settings.models_dir)
-        models = cls(decoder=decoder, voice=voice, turn=TurnModels.load())
+        # each model's runtime starts its threads at load: a CPU profile counts them as its
+        with cpu.owning("whisper"):
+            decoder = WhisperDecoder.from_settings(settings.asr, settings.models_dir)
+        with cpu.owning("piper"):
+            voice = PiperVoiceModel.from_settings(settings.tts, settings.models_dir)
+        with cpu.owning("smart_turn"):
+            turn = TurnModels.load()
+        models = cls(decoder=decoder, voice=voice, turn=turn)
         models.warm_up(settings.sample_rate)
         return models
 
@@ -92,7 +98,9 @@ def llm_engine(settings: Settings) -> Iterator[ChatEngine]:
         return
     gguf = model_store.resolve(s.model, "llm", settings.models_dir)
     if s.engine == "llama-inprocess":
-        yield failover_engine(InProcessLlama(gguf, s), s)
+        with cpu.owning("llama"):
+            engine = InProcessLlama(gguf, s)
+        yield failover_engine(engine, s)
         return
     with LlamaServer(gguf, s) as server:  # restarted by the failover policy if it dies
         engine = OpenAIChatEngine(

@@ -130,6 +130,7 @@ async def baseline_talk(
 
 
 def print_row(label: str, summary: dict[str, Any]) -> None:
+    tokens = summary["first_phrase_tokens"]
     print(
         f"{label:<52} checks {summary['checks_met']}/{summary['turns']}  "
         f"repeats {summary['repeated_answers']}  loops {summary['loops']}  "
@@ -137,7 +138,8 @@ def print_row(label: str, summary: dict[str, Any]) -> None:
         f">2 sent {summary['over_two_sentences']}  "
         f"words {summary['words_per_answer']}  ttft p50/p95 {summary['ttft_ms']['p50']}/"
         f"{summary['ttft_ms']['p95']}  first phrase p50/p95 "
-        f"{summary['first_phrase_ms']['p50']}/{summary['first_phrase_ms']['p95']}  "
+        f"{summary['first_phrase_ms']['p50']}/{summary['first_phrase_ms']['p95']} "
+        f"({tokens['p50']}/{tokens['p95']} tokens)  "
         f"tok/s {summary['tokens_per_s']}",
         flush=True,
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import re
 import statistics
+from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ from agent.clock import CallClock
 from agent.frames import LLMUsageFrame, PhraseFrame, TimelineEventFrame
 from agent.llm.answer import has_loop, is_echo, normalise, repeats, sentences
 from agent.llm.context import SpokenTextAggregator, UserTurnAggregator
-from agent.llm.engines.chat import ChatEngine
+from agent.llm.engines.chat import ChatEngine, Usage
 from agent.llm.service import StreamingLLM
 from agent.pipeline import run_pipeline
 from agent.settings import LLMSettings
@@ -42,6 +43,7 @@ from agent.synthesis.chunker import PhraseChunker
 
 CONVERSATIONS = Path(__file__).resolve().parents[1] / "tests" / "data" / "conversations.yaml"
 ANSWER_TIMEOUT_SECS = 60.0
+DECODED = "decoded_tokens"  # frame metadata: the engine's tokens streamed so far
 CALL_START_SECS = 1.0  # no caller speaks sooner after the call starts
 
 
@@ -113,6 +115,9 @@ class TurnResult:
     words: int
     ttft_ms: float | None  # llm_request -> first token
     first_phrase_ms: float | None  # llm_request -> first phrase to synthesis (2 words)
+    # tokens the engine had decoded when the first phrase went to synthesis: the answer's
+    # opening hold in tokens, the same on any machine (greedy decoding)
+    first_phrase_tokens: int | None
     completion_tokens: int | None
     itl_ms: float | None
     error: str | None
@@ -135,7 +140,8 @@ def judged(
     """One answer judged: its checks, and whether it repeats an earlier answer (unasked),
     loops, echoes the caller, is a fallback line; ``timing``: the TurnResult fields
     measured, where known."""
-    fields = dict.fromkeys(("ttft_ms", "first_phrase_ms", "completion_tokens", "itl_ms", "error"))
+    timed = ("ttft_ms", "first_phrase_ms", "first_phrase_tokens", "completion_tokens", "itl_ms")
+    fields = dict.fromkeys((*timed, "error"))
     return TurnResult(
         conversation=conversation, turn=number, user=turn.user, answer=answer,
         misses=check(turn, answer, bot_name),
@@ -186,11 +192,12 @@ class _Listener(FrameProcessor):
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
         if isinstance(frame, TimelineEventFrame) and frame.event == "llm_request":
-            self._current = {"request": frame.at_ms, "phrases": []}
+            self._current = {"request": frame.at_ms, "phrases": [], "from_token": _tag(frame)}
         elif isinstance(frame, TimelineEventFrame) and frame.event == "llm_first_token":
             self._current["first_token"] = frame.at_ms
         elif isinstance(frame, PhraseFrame):
             self._current.setdefault("first_phrase", self._clock.now_ms())
+            self._current.setdefault("phrase_token", _tag(frame))
             self._current.setdefault("phrases", []).append(frame.text)
             await self.push_frame(TTSTextFrame(text=frame.text, text_type="sentence"))
             return
@@ -201,6 +208,58 @@ class _Listener(FrameProcessor):
             self.answers.append(self._current)
             self._current = {}
             self._answered.set()
+
+
+def _tag(frame: Frame) -> int:
+    return frame.metadata[DECODED]
+
+
+class _Counted:
+    """The engine, with the tokens it streamed in this call counted (``decoded``)."""
+
+    def __init__(self, engine: ChatEngine) -> None:
+        self._engine = engine
+        self.decoded = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    async def stream(self, *args: Any, **kwargs: Any) -> AsyncIterator[str | Usage]:
+        async for item in self._engine.stream(*args, **kwargs):
+            if isinstance(item, str):
+                self.decoded += 1
+            yield item
+
+
+class _CountedLLM(StreamingLLM):
+    """Each frame it sends carries how many tokens the engine had streamed then: a token's
+    text goes out before the next token is asked for."""
+
+    def __init__(self, engine: _Counted, settings: LLMSettings, clock: CallClock) -> None:
+        super().__init__(engine, settings, clock)  # type: ignore[arg-type]
+        self._counted = engine
+
+    async def push_frame(
+        self, frame: Frame, direction: FrameDirection = FrameDirection.DOWNSTREAM
+    ) -> None:
+        frame.metadata[DECODED] = self._counted.decoded
+        await super().push_frame(frame, direction)
+
+
+class _CountedChunker(PhraseChunker):
+    """A phrase carries the count of the text frame that released it."""
+
+    _decoded = 0
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        self._decoded = frame.metadata.get(DECODED, self._decoded)
+        await super().process_frame(frame, direction)
+
+    async def push_frame(
+        self, frame: Frame, direction: FrameDirection = FrameDirection.DOWNSTREAM
+    ) -> None:
+        frame.metadata.setdefault(DECODED, self._decoded)
+        await super().push_frame(frame, direction)
 
 
 async def talk(
@@ -215,8 +274,8 @@ async def talk(
         [
             _Caller([t.user for t in conversation.turns], answered),
             UserTurnAggregator(context),
-            StreamingLLM(engine, settings.model_copy(update={"keepalive_secs": 0}), clock),
-            PhraseChunker(first_min_words=2, min_words=6),
+            _CountedLLM(_Counted(engine), settings.model_copy(update={"keepalive_secs": 0}), clock),
+            _CountedChunker(first_min_words=2, min_words=6),
             listener,
             SpokenTextAggregator(context),
         ]
@@ -238,6 +297,9 @@ async def talk(
                 conversation.name, i, turn, answer, earlier, settings.bot_name,
                 settings.set_lines,
                 ttft_ms=since_request("first_token"), first_phrase_ms=since_request("first_phrase"),
+                first_phrase_tokens=(
+                    got["phrase_token"] - got["from_token"] if "phrase_token" in got else None
+                ),
                 completion_tokens=usage.completion_tokens if usage else None,
                 itl_ms=usage.itl_ms if usage else None,
                 error=usage.error if usage else got.get("error"),
@@ -257,6 +319,7 @@ def summarise(results: list[TurnResult]) -> dict[str, Any]:
     """The benchmark's figures over a run's turns."""
     ttft = [r.ttft_ms for r in results if r.ttft_ms is not None]
     phrase = [r.first_phrase_ms for r in results if r.first_phrase_ms is not None]
+    phrase_tokens = [r.first_phrase_tokens for r in results if r.first_phrase_tokens is not None]
     itl = [r.itl_ms for r in results if r.itl_ms]
     return {
         "turns": len(results),
@@ -271,6 +334,11 @@ def summarise(results: list[TurnResult]) -> dict[str, Any]:
         "words_per_answer": round(statistics.mean(r.words for r in results), 1),
         "ttft_ms": {"p50": _pct(ttft, 0.5), "p95": _pct(ttft, 0.95)},
         "first_phrase_ms": {"p50": _pct(phrase, 0.5), "p95": _pct(phrase, 0.95)},
+        "first_phrase_tokens": {
+            "p50": _pct(phrase_tokens, 0.5),
+            "p95": _pct(phrase_tokens, 0.95),
+            "mean": round(statistics.mean(phrase_tokens), 2) if phrase_tokens else None,
+        },  # fmt: skip
         "tokens_per_s": round(1000 / statistics.median(itl), 1) if itl else None,
     }
 

@@ -75,6 +75,7 @@ from agent.recognition.whisper_decoder import (
     Word,
 )
 from agent.settings import ASRSettings
+from agent.timing import cpu
 
 OVERLAP_MAX_SECS = 10  # a voice over the bot kept this long at most (a barge-in opens sooner)
 NO_SPEECH_PROB = 0.5  # Whisper's own no-speech threshold is 0.6 (with a low log-probability)
@@ -247,7 +248,9 @@ class StreamingWhisperSTT(FrameProcessor):
             self._speculation = (
                 last
                 if heard_it_all
-                else self._start_pass(self._utt, speech_ended=True, careful=a_word_or_two)
+                else self._start_pass(
+                    self._utt, speech_ended=True, careful=a_word_or_two, kind="stt_pause"
+                )
             )
             self.create_task(self._report_pause_transcript(self._speculation))
         elif isinstance(frame, UserStoppedSpeakingFrame) and self._utt is not None:
@@ -311,26 +314,27 @@ class StreamingWhisperSTT(FrameProcessor):
             self._since_pass = 0
             self._running += 1
             ended, self._quiet_pass_due = self._quiet_pass_due, False
-            run = self._start_pass(self._utt, speech_ended=ended)
+            run = self._start_pass(self._utt, speech_ended=ended, kind="stt_interim")
             self.create_task(self._interim_pass(self._utt, run))
 
     # -- passes -----------------------------------------------------------------------------
 
     def _start_pass(
-        self, utt: Utterance, *, speech_ended: bool, careful: bool = False
+        self, utt: Utterance, *, speech_ended: bool, kind: str, careful: bool = False
     ) -> _RunningPass:
         snap = utt.snapshot()
-        running = self._run_pass(snap, speech_ended=speech_ended, careful=careful)
+        running = self._run_pass(snap, speech_ended=speech_ended, kind=kind, careful=careful)
         self._last_pass = _RunningPass(snap, running, self._clock, self._received)
         return self._last_pass
 
     def _run_pass(
-        self, snap: Snapshot, *, speech_ended: bool, careful: bool = False
+        self, snap: Snapshot, *, speech_ended: bool, kind: str, careful: bool = False
     ) -> asyncio.Future:
         """A pass on the worker thread. Over audio that ends in a lull or pause it expects
         the previous pass's length (Whisper then closes the text and starts over, where that
         limit stops it); mid-speech Whisper loops inside the text, which the limit would cut
-        (decoded again in full: slower). ``careful``: beam search, for a short turn's end."""
+        (decoded again in full: slower). ``careful``: beam search, for a short turn's end;
+        ``kind``: what the pass is for, in a CPU profile (``agent.timing.cpu``)."""
         expect = snap.expect_tokens if speech_ended else None
         transcribe = functools.partial(
             self._decoder.transcribe,
@@ -343,7 +347,7 @@ class StreamingWhisperSTT(FrameProcessor):
             goes_on=speech_ended,
         )
         loop = asyncio.get_running_loop()
-        return loop.run_in_executor(self._executor, transcribe)
+        return loop.run_in_executor(self._executor, cpu.marked(kind, "whisper", transcribe))
 
     async def _report_failure(self, exc: BaseException, what: str) -> None:
         logger.warning(f"{self}: {what} pass failed: {exc!r}")
@@ -408,7 +412,9 @@ class StreamingWhisperSTT(FrameProcessor):
             loop = asyncio.get_running_loop()
             try:
                 result: Pass = await loop.run_in_executor(
-                    self._executor, self._decoder.transcribe, audio
+                    self._executor,
+                    cpu.marked("stt_overlap", "whisper", self._decoder.transcribe),
+                    audio,
                 )
                 # the overlap is heard at most a barge-in window long: always a short sound
                 text = heard_words(result.text, result.no_speech_prob, short=True)
@@ -437,7 +443,9 @@ class StreamingWhisperSTT(FrameProcessor):
                 ready_ms = spec.ready_ms or self._clock.now_ms()
             else:
                 careful = self._a_word_or_two(utt)
-                result = await self._run_pass(utt.snapshot(), speech_ended=True, careful=careful)
+                result = await self._run_pass(
+                    utt.snapshot(), speech_ended=True, kind="stt_final", careful=careful
+                )
                 ready_ms = self._clock.now_ms()
         except Exception as exc:
             await self._report_failure(exc, "final")

@@ -74,6 +74,7 @@ from agent.recognition.openers import only_opens
 from agent.recognition.sound_onset import SoundOnset
 from agent.recognition.utterance import NOISE_MAX_SECS, has_words
 from agent.settings import TurnSettings
+from agent.timing import cpu
 
 SMART_TURN_MAX_SECS = 8
 NARROWBAND_RATE = 8000  # Silero's telephone model
@@ -309,10 +310,12 @@ class SharedSileroVAD(SileroVADAnalyzer):
         return vad
 
     def voice_confidence(self, buffer: bytes) -> float:
-        confidence = float(np.max(super().voice_confidence(buffer)))
-        if self._narrow is not None:
-            samples = np.frombuffer(buffer, dtype=np.int16)[::2].astype(np.float32) / 32768.0
-            confidence = max(confidence, float(np.max(self._narrow(samples, NARROWBAND_RATE))))
+        with cpu.job("vad", "vad"):  # on pipecat's analysis thread
+            confidence = float(np.max(super().voice_confidence(buffer)))
+            if self._narrow is not None:
+                samples = np.frombuffer(buffer, dtype=np.int16)[::2].astype(np.float32) / 32768.0
+                narrow = float(np.max(self._narrow(samples, NARROWBAND_RATE)))
+                confidence = max(confidence, narrow)
         self.peak_confidence = max(self.peak_confidence, confidence)
         return confidence
 
@@ -602,7 +605,7 @@ class TurnDetector(FrameProcessor):
         heard = np.frombuffer(bytes(self._recent.snapshot()), dtype=np.int16)
         audio = heard[-max(1, self._heard - self._turn_from + lead) :]
         return asyncio.get_running_loop().run_in_executor(
-            self._judge, self._completion_probability, audio
+            self._judge, cpu.marked("smart_turn", "smart_turn", self._completion_probability), audio
         )
 
     def _drop_verdict(self) -> None:

@@ -21,6 +21,7 @@ from agent.reports.svg import (
     STAGE_COLORS,
     boxplot_svg,
     cdf_svg,
+    critical_path_svg,
     waterfall_svg,
     waveform_svg,
 )
@@ -159,6 +160,7 @@ def _turn_card(turn: Turn, index: int, clip: Clip | None, budget: Budget) -> str
         f'<p class="said"><b>user</b>{escape(record.user_text or "–")}</p>',
         f'<p class="said"><b>bot</b>{escape(record.bot_text or "–")}</p>',
         waterfall_svg(record, budget),
+        critical_path_svg(record),
     ]
     if clip is not None and clip.audio is not None:
         parts.append(waveform_svg(clip.audio, clip.rate, clip.start_ms, record, index))

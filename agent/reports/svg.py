@@ -403,3 +403,47 @@ def waveform_svg(
     return _svg(
         "waveform", bottom + 22, "".join(parts), f"turn {record.turn} audio, both channels"
     ).replace('class="chart"', f'class="chart" data-clip="{index}"')
+
+
+def critical_path_svg(record: TurnRecord) -> str:
+    """A turn's critical path (a CPU profile's run): per stage, a light bar for how long it
+    lasted and a dark one for each piece of work that ran in it, labelled with its CPU time;
+    the light bar's bare part is the wait. Empty for a record without one."""
+    steps = record.critical_path or []
+    if not steps:
+        return ""
+    row = 18
+    t0 = min(s.start_ms for s in steps)
+    span = max(max(s.end_ms for s in steps) - t0, 1.0)
+
+    def x(ms: float) -> float:
+        return LABEL_W + (ms - t0) / span * PLOT_W
+
+    parts = []
+    for i, step in enumerate(steps):
+        y = i * row
+        color = STAGE_COLORS.get(step.stage, "#999")
+        ran = ", ".join(f"{r.kind} {r.cpu_ms:.0f}" for r in step.ran) or "nothing"
+        width = max(x(step.end_ms) - x(step.start_ms), 1.0)
+        parts.append(
+            f'<text x="4" y="{y + 13}" {FONT}>{escape(step.stage)}</text>'
+            f'<rect x="{x(step.start_ms):.1f}" y="{y + 3}" width="{width:.1f}" height="12" '
+            f'fill="{color}" opacity="0.3"><title>{escape(step.stage)}: waited '
+            f"{step.waited_ms:.0f} ms; ran (CPU ms): {escape(ran)}</title></rect>"
+        )
+        for r in step.ran:
+            w = max(x(r.end_ms) - x(r.start_ms), 1.0)
+            parts.append(
+                f'<rect x="{x(r.start_ms):.1f}" y="{y + 6}" width="{w:.1f}" height="6" '
+                f'fill="{color}"><title>{escape(r.kind)}: {r.cpu_ms:.0f} CPU ms</title></rect>'
+            )
+        parts.append(
+            f'<text x="{LABEL_W + PLOT_W + 6}" y="{y + 13}" {FONT}>'
+            f"waited {step.waited_ms:.0f} ms</text>"
+        )
+    height = len(steps) * row + 4
+    return (
+        f'<svg class="critical-path" width="{WIDTH}" height="{height}" '
+        f'viewBox="0 0 {WIDTH} {height}" role="img" aria-label="critical path">'
+        f"{''.join(parts)}</svg>"
+    )

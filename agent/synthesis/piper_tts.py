@@ -51,6 +51,7 @@ from agent.frames import (
     StageErrorFrame,
 )
 from agent.settings import TTSSettings
+from agent.timing import cpu
 
 
 def load_voice(voice_path: Path, threads: int | None = None) -> PiperVoice:
@@ -210,7 +211,7 @@ class PiperTTS(FrameProcessor):
     async def _synthesize(self, text: str) -> np.ndarray:
         """One phrase on the synthesis thread (phrases are synthesised one at a time)."""
         return await asyncio.get_running_loop().run_in_executor(
-            self._executor, self._voice.synthesize, text, self._rate
+            self._executor, cpu.marked("tts", "piper", self._voice.synthesize), text, self._rate
         )
 
     async def _synthesize_first(self, text: str) -> np.ndarray:

@@ -27,6 +27,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from agent.timing.critical_path import PathStep
 from agent.timing.timeline import EVENTS, GAP, STAGE_NAMES
 
 Verdict = Literal["pass", "fail"]
@@ -90,7 +91,8 @@ class TurnRecord(BaseModel):
 
     A file needs only ``turn``, ``events``, ``stages`` and ``voice_to_voice_ms`` (older and
     hand-made runs still read); ``barge_in_ms`` is written only once set, since a replay has
-    no barge-ins to measure and its files never carried the key.
+    no barge-ins to measure and its files never carried the key; ``critical_path`` likewise,
+    only from a run with a CPU profile (``benchmarks.cpu_profile``).
     """
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
@@ -115,6 +117,7 @@ class TurnRecord(BaseModel):
     turn_end_text: StrictStr = ""  # the words that decision read (before any revision)
     errors: list[StrictStr] = Field(default_factory=list)
     barge_in_ms: Ms = None
+    critical_path: list[PathStep] | None = None  # with a CPU profile only
 
     @field_validator("llm", mode="before")
     @classmethod
@@ -128,8 +131,9 @@ class TurnRecord(BaseModel):
     @model_serializer(mode="wrap")
     def _out(self, handler: Callable[[TurnRecord], dict[str, Any]]) -> dict[str, Any]:
         data = handler(self)
-        if "barge_in_ms" not in self.model_fields_set:
-            data.pop("barge_in_ms", None)
+        for optional in ("barge_in_ms", "critical_path"):
+            if optional not in self.model_fields_set:
+                data.pop(optional, None)
         return data
 
     def json_line(self) -> str:

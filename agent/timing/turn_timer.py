@@ -31,9 +31,12 @@ from agent.frames import (
     TurnEndReasonFrame,
     revised_texts,
 )
+from agent.timing import cpu
 from agent.timing.budget import Budget
+from agent.timing.critical_path import critical_path
 from agent.timing.record import LLMUsage, TurnRecord
 from agent.timing.timeline import EVENTS, stages_and_gaps
+from agent.timing.tracing import stage_intervals
 
 USER_EVENTS = {"speech_start", "speech_end", "turn_end", "stt_final"}
 WATCHED = (
@@ -145,7 +148,11 @@ class TurnTimer(BaseObserver):
 
     def records(self) -> list[TurnRecord]:
         """All turn records so far."""
-        return [t.record(self._budget) for t in self.turns]
+        records = [t.record(self._budget) for t in self.turns]
+        if (ledger := cpu.active()) is not None:  # a CPU profile runs: what each turn waited on
+            for record in records:
+                record.critical_path = critical_path(stage_intervals(record), ledger.jobs)
+        return records
 
     # -- observer ---------------------------------------------------------------------------
 

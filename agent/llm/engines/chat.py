@@ -25,6 +25,7 @@ import numpy as np
 import openai
 
 from agent.settings import LLMSettings
+from agent.timing import cpu
 
 MAX_PAUSE_SECS = 0.5
 # What a message's words may end with when the caller is done: recognition punctuates every
@@ -274,7 +275,9 @@ class InProcessLlama:
 
     async def prefill(self, messages: list[dict[str, Any]]) -> None:
         """Prefill on the generation thread, so a turn's request finds it done or waits."""
-        await asyncio.get_running_loop().run_in_executor(self._executor, self._prefill, messages)
+        await asyncio.get_running_loop().run_in_executor(
+            self._executor, cpu.marked("llm_prefill", "llama", self._prefill), messages
+        )
 
     def _end_of_message(self, messages: list[dict[str, Any]]) -> float | None:
         tokens = self._words_tokens(messages)
@@ -290,7 +293,8 @@ class InProcessLlama:
     async def end_of_message(self, messages: list[dict[str, Any]]) -> float | None:
         """On the generation thread, like a prefill: the answer then finds the words cached."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._end_of_message, messages)
+        verdict = cpu.marked("llm_verdict", "llama", self._end_of_message)
+        return await loop.run_in_executor(self._executor, verdict, messages)
 
     def pause_decoding(self, paused: bool) -> None:
         """Between two tokens, wait (at most ``MAX_PAUSE_SECS``, so a lost resume cannot
@@ -307,6 +311,13 @@ class InProcessLlama:
         tokens = self._tokens(messages)
         cached = self._cached(tokens)
         emit(Usage(len(tokens), cached))  # known now: an answer cut short still reports it
+        with cpu.job("llm_prefill", "llama") as work:  # until the first token, then decoding
+            return self._completion(tokens, cached, max_tokens, sampling, emit, stop, work)
+
+    def _completion(
+        self, tokens: list[int], cached: int, max_tokens: int, sampling: Sampling,
+        emit: Any, stop: threading.Event, work: cpu.Job | None,
+    ) -> Usage:  # fmt: skip
         produced = 0
         for chunk in self.llm.create_completion(
             tokens, max_tokens=max_tokens, temperature=sampling.temperature,
@@ -318,6 +329,8 @@ class InProcessLlama:
                 break
             text = chunk["choices"][0]["text"]
             if text:
+                if produced == 0:
+                    cpu.switch(work, "llm_decode")
                 produced += 1
                 emit(text)
             self._decoding.wait(MAX_PAUSE_SECS)

@@ -400,7 +400,10 @@ class StreamingWhisperSTT(FrameProcessor):
         except Exception:
             return  # reported when the final pass is awaited
         if spec is self._speculation and self._utt is not None:
-            text = written_digits(self._heard(self._utt, result))
+            # Whisper's own writing, as turn-taking has always read it: written as digits,
+            # "71512." read as a finished message where "7, 1, 5, 1, 2." was not (the final
+            # then differs from it, and the speculative answer is made again)
+            text = self._heard(self._utt, result)
             self._heard_only_noise = not text
             pause = PauseTranscriptFrame(text=text, goes_on=result.goes_on)
             await self.push_frame(pause, FrameDirection.UPSTREAM)

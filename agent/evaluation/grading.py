@@ -96,7 +96,7 @@ def assign_turns(records: list[TurnRecord], played: list[PlayedClip]) -> list[li
     return out
 
 
-def _speech_span(user: np.ndarray, rate: int, play: PlayedClip) -> list[tuple[float, float]]:
+def _voice_runs(user: np.ndarray, rate: int, play: PlayedClip) -> list[tuple[float, float]]:
     """The clip's stretches of voice on the call clock (ms), from call.wav."""
     a, b = (int(play.start_ms * rate / 1000), int(play.end_ms * rate / 1000))
     return [
@@ -165,7 +165,7 @@ def grade_call(
     user, bot = audio[:, 0], audio[:, 1]
     onsets = [s * 1000 / rate for s in bot_onsets(bot, rate)]
     by_clip = assign_turns(records, played)
-    voice = [_speech_span(user, rate, play) for play in played]
+    voice = [_voice_runs(user, rate, play) for play in played]
     over = talk_over_frames([run for runs in voice for run in runs], bot, rate)
     spans = [(runs[0][0], runs[-1][1]) if runs else (None, None) for runs in voice]
     answered = sorted(at for r in records if (at := r.events["first_audio_out"]) is not None)

@@ -69,12 +69,21 @@ def speech_bounds(
     ``speech_start``/``speech_end`` exactly in replay. ``thresholds_dbfs`` (low, high) fixes
     the thresholds instead, e.g. to apply a clip's published thresholds to a recording.
     """
+    runs = speech_runs(samples, rate, thresholds_dbfs)
+    return (runs[0][0], runs[-1][1]) if runs else None
+
+
+def speech_runs(
+    samples: np.ndarray, rate: int, thresholds_dbfs: tuple[float, float] | None = None
+) -> list[tuple[int, int]]:
+    """Each stretch of speech by the energy rule of ``speech_bounds``, as [start, end)
+    sample positions: the voice itself, not the pauses between its words."""
     db, win, hop = frame_energy_dbfs(samples, rate)
     peak = db.max()
     if thresholds_dbfs is not None:
         low, high = thresholds_dbfs
     elif peak < -60:
-        return None
+        return []
     else:
         low = max(peak - 35, np.percentile(db, 10) + 10)
         high = max(peak - 20, low)
@@ -85,14 +94,11 @@ def speech_bounds(
         elif value < low and start is not None:
             runs.append((start, i - 1))
             start = None
-    speech = [
-        (a, b)
+    return [
+        (a * hop, min(len(samples), b * hop + win))
         for a, b in runs
         if (b - a) * hop + win >= rate * 30 // 1000 and db[a : b + 1].max() >= high
     ]
-    if not speech:
-        return None
-    return speech[0][0] * hop, min(len(samples), speech[-1][1] * hop + win)
 
 
 class RecentAudio:

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agent.cli import support as opts
-from agent.evaluation.html import eval_section, pct
+from agent.evaluation.html import digits_cell, eval_section, overall_lines, pct
 from agent.reports.markdown import ms
 
 
@@ -32,7 +32,8 @@ def print_eval(report: dict[str, Any]) -> None:
     table = Table(title=title, show_lines=False)
     for name, justify in (
         ("clip", "left"), ("turns", "right"), ("WER stream", "right"), ("WER offline", "right"),
-        ("cut-offs", "right"), ("v2v ms", "right"), ("heard", "left"), ("answer problems", "left"),
+        ("cut-offs", "right"), ("talk-over ms", "right"), ("lost", "right"), ("digits", "right"),
+        ("v2v ms", "right"), ("heard", "left"), ("answer problems", "left"),
     ):  # fmt: skip
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for c in report["clips"]:
@@ -42,6 +43,7 @@ def print_eval(report: dict[str, Any]) -> None:
         table.add_row(
             Path(c["clip"]).name, turns, pct(c["streaming_errors"] / n),
             pct(c["offline_errors"] / n), str(len(c["cutoffs"])) if c["cutoffs"] else "",
+            ms(c["talk_over_ms"]), str(c["words_lost"] or ""), digits_cell(c),
             ms(c["voice_to_voice_ms"]), c["streaming_text"][:60], ", ".join(problems),
         )  # fmt: skip
     out.print(table)
@@ -65,6 +67,7 @@ def print_eval(report: dict[str, Any]) -> None:
         f"repeated sentence {ans['repeated_sentence']}, loop {ans['loop']}, echo {ans['echo']}",
         highlight=False,
     )
+    out.print("; ".join(f"{label} {value}" for label, value in overall_lines(o)), highlight=False)
     verdict = "[green]pass[/green]" if report["verdict"] == "pass" else "[red]fail[/red]"
     out.print(f"eval verdict: {verdict}")
     for line in report["violations"]:

@@ -18,6 +18,8 @@ FIGURES: tuple[tuple[str, tuple[str, ...], float], ...] = (
     ("split rate", ("split_rate",), 0.0),
     ("cut-off rate", ("cutoff_rate",), 0.0),
     ("empty turns", ("empty_turns",), 0.0),
+    ("words lost", ("words_lost",), 0.0),
+    ("talk-over > 200 ms (share of clips)", ("talk_over", "share_over_200ms"), 0.0),
     ("merges", ("merges",), 0.0),
     ("repeated answers", ("answers", "repeated"), 0.0),
     ("loops", ("answers", "loop"), 0.0),

@@ -1,8 +1,8 @@
 """Grade one replayed call clip by clip: what was heard, when the bot spoke, what it said.
 
-Turns belong to the clip that was playing when they opened. Speech bounds and bot onsets are
-read off call.wav (channel 0: the caller as pushed, channel 1: the bot as played), so a
-cut-off is a fact of the recording, not of the agent's own logs.
+Turns belong to the clip that was playing when they opened. Speech bounds, bot onsets and
+talk-over are read off call.wav (channel 0: the caller as pushed, channel 1: the bot as
+played), so a cut-off is a fact of the recording, not of the agent's own logs.
 """
 
 from __future__ import annotations
@@ -14,14 +14,16 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 
-from agent.audio import speech_bounds
+from agent.audio import speech_runs
 from agent.evaluation.answers import CallAnswers
 from agent.evaluation.manifest import Clip
-from agent.evaluation.text import duplicated_phrases, stray_words, word_errors
+from agent.evaluation.text import duplicated_phrases, stray_words, word_count, word_errors
+from agent.recognition.numbers import spoken_digits
 from agent.timing.record import TurnRecord
 from agent.transports.replay import PlayedClip
 
 BOT_GAP_MS = 300  # bot silence this long between two sounds makes the second a new onset
+FRAME_MS = 10  # talk-over is counted in frames this long: bot sounding, caller speaking
 
 
 @dataclass
@@ -52,6 +54,13 @@ class ClipGrade:
     answers: list[str]
     answer_problems: list[list[str]]
     record_voice_to_voice_ms: list[float | None] = field(default_factory=list)
+    talk_over_ms: float = 0.0  # bot audio over the caller's voice while the clip played
+    talk_over_turns_ms: list[float] = field(default_factory=list)  # the same, by answer
+    words_lost: int = 0  # turns whose final has fewer words than their last interim
+    digits: str | None = None  # the number read out (dictation clips)
+    digits_heard: list[str] = field(default_factory=list)  # each turn's digits, in order
+    digits_recalled: int | None = None  # the number's digits heard, in order, over all turns
+    dictation_whole: bool | None = None  # one turn holds the whole number, in order
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -87,16 +96,44 @@ def assign_turns(records: list[TurnRecord], played: list[PlayedClip]) -> list[li
     return out
 
 
-def _speech_span(
-    user: np.ndarray, rate: int, play: PlayedClip
-) -> tuple[float, float] | tuple[None, None]:
-    """Where the clip's speech starts and ends on the call clock (ms), from call.wav."""
+def _voice_runs(user: np.ndarray, rate: int, play: PlayedClip) -> list[tuple[float, float]]:
+    """The clip's stretches of voice on the call clock (ms), from call.wav."""
     a, b = (int(play.start_ms * rate / 1000), int(play.end_ms * rate / 1000))
-    bounds = speech_bounds(user[a:b], rate)
-    if bounds is None:
-        return None, None
-    start, end = (round((a + s) * 1000 / rate, 1) for s in bounds)
-    return start, end
+    return [
+        (round((a + s) * 1000 / rate, 1), round((a + e) * 1000 / rate, 1))
+        for s, e in speech_runs(user[a:b], rate)
+    ]
+
+
+def talk_over_frames(
+    user_runs: list[tuple[float, float]], bot: np.ndarray, rate: int
+) -> np.ndarray:
+    """Per ``FRAME_MS`` frame of the call: the bot sounds while the caller's voice does
+    (``user_runs``: its stretches of voice, ms)."""
+    hop = rate * FRAME_MS // 1000
+    n = len(bot) // hop
+    bot_on = np.any(bot[: n * hop].reshape(n, hop) != 0, axis=1)
+    caller_on = np.zeros(n, dtype=bool)
+    for start, end in user_runs:
+        caller_on[int(start // FRAME_MS) : int(np.ceil(end / FRAME_MS))] = True
+    return bot_on & caller_on
+
+
+def talk_over_ms(over: np.ndarray, start_ms: float, end_ms: float) -> float:
+    """Milliseconds of talk-over (``talk_over_frames``) between two times of the call."""
+    a, b = int(start_ms // FRAME_MS), int(min(len(over), np.ceil(end_ms / FRAME_MS)))
+    return float(np.count_nonzero(over[a:b]) * FRAME_MS) if b > a else 0.0
+
+
+def in_order(heard: str, said: str) -> int:
+    """How many of ``said``'s digits ``heard`` holds in the same order (the longest common
+    subsequence): a digit dropped, added or swapped costs one."""
+    row = [0] * (len(said) + 1)
+    for h in heard:
+        prev = 0
+        for j, s in enumerate(said, 1):
+            prev, row[j] = row[j], prev + 1 if h == s else max(row[j], row[j - 1])
+    return row[-1]
 
 
 def _merged(turns: list[TurnRecord], start: float | None, before: list[TurnRecord]) -> bool:
@@ -105,6 +142,15 @@ def _merged(turns: list[TurnRecord], start: float | None, before: list[TurnRecor
     if turns or start is None or not before:
         return False
     return (before[-1].events["turn_end"] or 0) >= start
+
+
+def _answer_talk_over(over: np.ndarray, record: TurnRecord, answered: list[float]) -> float:
+    """The talk-over of one turn's answer: from its first audio to the next answer's."""
+    start = record.events["first_audio_out"]
+    if start is None:
+        return 0.0
+    later = [at for at in answered if at > start]
+    return talk_over_ms(over, start, later[0] if later else float("inf"))
 
 
 def grade_call(
@@ -119,7 +165,10 @@ def grade_call(
     user, bot = audio[:, 0], audio[:, 1]
     onsets = [s * 1000 / rate for s in bot_onsets(bot, rate)]
     by_clip = assign_turns(records, played)
-    spans = [_speech_span(user, rate, play) for play in played]
+    voice = [_voice_runs(user, rate, play) for play in played]
+    over = talk_over_frames([run for runs in voice for run in runs], bot, rate)
+    spans = [(runs[0][0], runs[-1][1]) if runs else (None, None) for runs in voice]
+    answered = sorted(at for r in records if (at := r.events["first_audio_out"]) is not None)
     merged = [
         _merged(turns, start, before)
         for turns, (start, _), before in zip(by_clip, spans, [[], *by_clip], strict=False)
@@ -137,6 +186,7 @@ def grade_call(
         # when the next clip merged into this one's turn, its last words are that clip's
         next_merged = i + 1 < len(merged) and merged[i + 1]
         checks = [answers.check(r.user_text, r.bot_text) for r in turns]
+        digits = [spoken_digits(r.user_text) for r in turns]
         grades.append(
             ClipGrade(
                 clip=clip.file,
@@ -163,6 +213,15 @@ def grade_call(
                 answers=[r.bot_text for r in turns],
                 answer_problems=[c.problems for c in checks],
                 record_voice_to_voice_ms=[r.voice_to_voice_ms for r in turns],
+                talk_over_ms=talk_over_ms(over, played[i].start_ms, window_end),
+                talk_over_turns_ms=[_answer_talk_over(over, r, answered) for r in turns],
+                words_lost=sum(
+                    1 for r in turns if word_count(r.user_text) < word_count(r.last_interim_text)
+                ),
+                digits=clip.digits,
+                digits_heard=digits if clip.digits else [],
+                digits_recalled=in_order("".join(digits), clip.digits) if clip.digits else None,
+                dictation_whole=clip.digits in digits if clip.digits else None,
             )
         )
     return grades

@@ -8,12 +8,42 @@ from typing import Any
 
 from agent.reports.markdown import ms
 
-COLUMNS = ("clip", "turns", "WER stream", "WER offline", "cut-offs", "v2v ms", "ended by")
+COLUMNS = (
+    "clip", "turns", "WER stream", "WER offline", "cut-offs", "talk-over ms", "words lost",
+    "digits", "v2v ms", "ended by",
+)  # fmt: skip
 TEXT_COLUMNS = ("reference", "heard", "answered", "answer problems")
 
 
 def pct(value: float | None) -> str:
     return "–" if value is None else f"{100 * value:.1f} %"
+
+
+def digits_cell(clip: dict[str, Any]) -> str:
+    """A dictation clip's number as heard: digits kept in order of all, whole in one turn."""
+    if not clip.get("digits"):
+        return ""
+    whole = "whole" if clip["dictation_whole"] else "not whole"
+    return f"{clip['digits_recalled']}/{len(clip['digits'])} {whole}"
+
+
+def overall_lines(o: dict[str, Any]) -> list[tuple[str, str]]:
+    """The figures of issue 52 (talk-over, words lost, dictation), label and value."""
+    t, d = o["talk_over"], o["dictation"]
+    over = f"{t['clips_over_200ms']} ({pct(t['share_over_200ms'])})"
+    lost = f"{o['words_lost']} in {o['clips_losing_words']} clips"
+    lines = [
+        ("talk-over per clip p50 / p95", f"{ms(t['clips_p50'])} / {ms(t['clips_p95'])} ms"),
+        ("talk-over per answer p50 / p95", f"{ms(t['turns_p50'])} / {ms(t['turns_p95'])} ms"),
+        ("clips with talk-over > 200 ms", over),
+        ("words lost (finals shorter than the last interim)", lost),
+    ]
+    if d["clips"]:
+        lines.append((
+            "dictation: whole in one turn · digits kept in order",
+            f"{d['whole']} of {d['clips']} · {d['recalled']} of {d['digits']}",
+        ))  # fmt: skip
+    return lines
 
 
 def eval_section(report: dict[str, Any]) -> str:
@@ -34,6 +64,7 @@ def eval_section(report: dict[str, Any]) -> str:
             f"{ans['empty']} · {ans['repeated']} · {ans['repeated_sentence']} · {ans['loop']}"
             f" · {ans['echo']} of {ans['answered']}",
         ),
+        *overall_lines(o),
     ]
     rows = "".join(f"<tr><td>{escape(k)}</td><td>{escape(v)}</td></tr>" for k, v in figures)
     violations = "".join(f"<li>{escape(v)}</li>" for v in report["violations"])
@@ -47,6 +78,9 @@ def eval_section(report: dict[str, Any]) -> str:
             pct(c["streaming_errors"] / n),
             pct(c["offline_errors"] / n),
             str(len(c["cutoffs"])),
+            ms(c["talk_over_ms"]),
+            str(c["words_lost"]),
+            digits_cell(c),
             ms(c["voice_to_voice_ms"]),
             escape(", ".join(str(r) for r in c["ended_by"] if r)),
         ]

@@ -19,6 +19,7 @@ class Clip(BaseModel):
     text: str
     expect_turns: int = Field(1, ge=1)
     pauses: list[tuple[float, float]] = Field(default_factory=list)
+    digits: str | None = Field(None, pattern=r"^[0-9]+$")  # a number read out, as digits
 
     path: Path = Path()  # the file, resolved against the manifest's folder
 

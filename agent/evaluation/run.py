@@ -23,6 +23,7 @@ from agent.transports.g711 import through_phone_line
 from agent.transports.replay import ReplayTurn
 
 ANSWER_PROBLEMS = ("empty", "repeated", "repeated_sentence", "loop", "echo")
+TALK_OVER_HEARD_MS = 200  # bot audio over the caller's voice a caller surely hears
 
 
 def _rate(part: int, whole: int) -> float | None:
@@ -39,6 +40,10 @@ def overall(grades: list[ClipGrade], records: list[TurnRecord]) -> dict[str, Any
     endpointing = [x for g in grades for x in g.endpointing_ms]
     problems = [p for g in grades for turn in g.answer_problems for p in turn]
     clips = len(grades)
+    talk_over = [g.talk_over_ms for g in grades]
+    talk_over_turns = [ms for g in grades for ms in g.talk_over_turns_ms]
+    over_heard = sum(1 for ms in talk_over if ms > TALK_OVER_HEARD_MS)
+    dictated = [g for g in grades if g.digits]
     return {
         "clips": clips,
         "reference_words": ref_words,
@@ -60,6 +65,22 @@ def overall(grades: list[ClipGrade], records: list[TurnRecord]) -> dict[str, Any
         "clips_cut_off": sum(1 for g in grades if g.cutoffs),
         "cutoff_rate": _rate(sum(1 for g in grades if g.cutoffs), clips),
         "pauses": sum(g.pauses for g in grades),
+        "talk_over": {
+            "clips_p50": rounded_percentile(talk_over, 50),
+            "clips_p95": rounded_percentile(talk_over, 95),
+            "turns_p50": rounded_percentile(talk_over_turns, 50),
+            "turns_p95": rounded_percentile(talk_over_turns, 95),
+            "clips_over_200ms": over_heard,
+            "share_over_200ms": _rate(over_heard, clips),
+        },
+        "words_lost": sum(g.words_lost for g in grades),
+        "clips_losing_words": sum(1 for g in grades if g.words_lost),
+        "dictation": {
+            "clips": len(dictated),
+            "whole": sum(1 for g in dictated if g.dictation_whole),
+            "digits": sum(len(g.digits or "") for g in dictated),
+            "recalled": sum(g.digits_recalled or 0 for g in dictated),
+        },
         "voice_to_voice_callwav": {
             "n": len(v2v),
             "p50": rounded_percentile(v2v, 50),

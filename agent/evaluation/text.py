@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from collections import Counter
 
 import jiwer
@@ -21,6 +22,14 @@ def normalise(text: str) -> str:
 
 def words(text: str) -> list[str]:
     return normalise(text).split()
+
+
+def word_count(text: str) -> int:
+    """Words of a transcript, each digit of a number one ("22415" is five, as "two two four
+    one five" is): the same count however recognition wrote a dictated number. A lone
+    letter is no word ("T-T-T-T" is a click heard as letters)."""
+    tokens = re.findall(r"[\w']+", text)
+    return sum(len(w) if w.isdigit() else 1 for w in tokens if w.isdigit() or len(w) > 1)
 
 
 def word_errors(reference: str, hypothesis: str) -> tuple[int, int]:

@@ -65,6 +65,7 @@ from agent.frames import (
     TimelineEventFrame,
     TranscriptRevisionFrame,
 )
+from agent.recognition.numbers import written_digits
 from agent.recognition.utterance import NOISE_MAX_SECS, Snapshot, Utterance, has_words
 from agent.recognition.whisper_decoder import (
     PASSES_AT_ONCE,
@@ -78,16 +79,21 @@ from agent.settings import ASRSettings
 from agent.timing import cpu
 
 OVERLAP_MAX_SECS = 10  # a voice over the bot kept this long at most (a barge-in opens sooner)
-NO_SPEECH_PROB = 0.5  # Whisper's own no-speech threshold is 0.6 (with a low log-probability)
+# Whisper's own rule for a window of no speech (faster-whisper's no_speech_threshold and
+# log_prob_threshold): it calls it so, and is unsure of the words it wrote anyway. The
+# probability alone dropped single digits on the phone line (docs/decisions.md).
+NO_SPEECH_PROB = 0.6
+NO_SPEECH_LOGPROB = -1.0
 CONTEXT_MAX_SECS = 8.0  # a longer previous turn is not read again (each pass would pay for it)
 BEAM_SIZE = 5  # faster-whisper's default, for a short turn's end (ASRSettings.short_turn_secs)
 
 
-def heard_words(text: str, no_speech_prob: float, short: bool) -> str:
-    """A pass's words, or "" when it heard noise: no word in it, or a ``short`` sound
-    Whisper itself calls no speech. Only a short sound can be noise: a pass over real
-    speech may come back empty."""
-    if not has_words(text) or (short and no_speech_prob >= NO_SPEECH_PROB):
+def heard_words(result: Pass, text: str, short: bool) -> str:
+    """A pass's words (``text``: as the turn reads them), or "" when it heard noise: no
+    word in it, or a ``short`` sound Whisper itself calls no speech. Only a short sound can
+    be noise: a pass over real speech may come back empty."""
+    noise = result.no_speech_prob >= NO_SPEECH_PROB and result.avg_logprob < NO_SPEECH_LOGPROB
+    if not has_words(text) or (short and noise):
         return ""
     return text.strip()
 
@@ -130,7 +136,10 @@ class _PreviousTurn:
             while word.middle >= starts[part]:
                 part += 1
             now[part].append(word.text)
-        pairs = [(told, " ".join(w)) for (told, _), w in zip(self.parts, now, strict=True)]
+        pairs = [
+            (told, written_digits(" ".join(w)))
+            for (told, _), w in zip(self.parts, now, strict=True)
+        ]
         if not all(now) or all(told == heard for told, heard in pairs):
             return None
         self.parts = [(heard, at) for (_, at), (_, heard) in zip(self.parts, pairs, strict=True)]
@@ -371,7 +380,7 @@ class StreamingWhisperSTT(FrameProcessor):
             interim = utt.update(snap, result)
             if utt is not self._utt or interim is None or not interim.text:
                 return
-            self._interim = interim.text
+            self._interim = written_digits(interim.text)
             if self._quiet_pass_due or self._speculation is not None:
                 # A lull or the VAD's pause came while this pass ran: the pass over the whole
                 # turn starts now. This interim is stale, and the LLM's prefill of it would
@@ -379,10 +388,10 @@ class StreamingWhisperSTT(FrameProcessor):
                 return
             await self.push_frame(
                 InterimTranscriptionFrame(
-                    text=interim.text,
+                    text=self._interim,
                     user_id="caller",
                     timestamp=_iso_now(),
-                    result={"confirmed": interim.confirmed},
+                    result={"confirmed": written_digits(interim.confirmed)},
                 )
             )
         finally:
@@ -395,6 +404,9 @@ class StreamingWhisperSTT(FrameProcessor):
         except Exception:
             return  # reported when the final pass is awaited
         if spec is self._speculation and self._utt is not None:
+            # Whisper's own writing, as turn-taking has always read it: written as digits,
+            # "71512." read as a finished message where "7, 1, 5, 1, 2." was not (the final
+            # then differs from it, and the speculative answer is made again)
             text = self._heard(self._utt, result)
             self._heard_only_noise = not text
             pause = PauseTranscriptFrame(text=text, goes_on=result.goes_on)
@@ -417,14 +429,14 @@ class StreamingWhisperSTT(FrameProcessor):
                     audio,
                 )
                 # the overlap is heard at most a barge-in window long: always a short sound
-                text = heard_words(result.text, result.no_speech_prob, short=True)
+                text = heard_words(result, result.text, short=True)
             except Exception as exc:
                 logger.warning(f"{self}: overlap pass failed: {exc!r}")
         await self.push_frame(OverlapTranscriptFrame(text=text), FrameDirection.UPSTREAM)
 
     def _heard(self, utt: Utterance, result: Pass) -> str:
         """The turn's text, or nothing when the pass heard noise (``heard_words``)."""
-        return heard_words(utt.text(result), result.no_speech_prob, utt.secs <= self._short_secs)
+        return heard_words(result, utt.text(result), utt.secs <= self._short_secs)
 
     async def _revise_context(self, result: Pass) -> None:
         """The turns this one goes on from (the pass read them), where the pass heard their
@@ -460,7 +472,8 @@ class StreamingWhisperSTT(FrameProcessor):
         assert utt is not None
         text, ready_ms = await self._final_pass(utt)  # noise is not a turn to answer: ""
         logger.debug(f"{self}: final over {utt.secs:.2f} s: {text!r}")
-        own, audio = utt.own_words(text), _floats(utt.pcm)
+        own, audio = written_digits(utt.own_words(text)), _floats(utt.pcm)
+        text = written_digits(text)
         before = self._previous if utt.has_context else None  # what this turn went on from
         if own and before is not None:
             self._previous = before.then(audio, own, self._turn_starts_at, self._received)

@@ -65,6 +65,8 @@ MAX_RESUMES = 2
 CLOSING_MARKS = frozenset(".?!")
 GOING_ON_MARKS = frozenset((",", ";", ":", "-", "--", "—", "..", "...", "…"))
 CHECK_UNCLOSED_SECS = 6.0  # shorter windows rarely stop early; aligning costs a decoder pass
+LOOP_MAX_WORDS = 8  # a dictated number loops in groups ("1. 952. 2. 9085. 462." over and over)
+DIGIT_LOOP_REPEATS = 5  # a digit said five times over is a loop; three is a number ("555")
 MAX_WORDS_PER_SEC = 4.5  # fast English is 3-4 words a second (3.5 cut a real repeat)
 LOOP_RETRY_PENALTY = 1.1  # measured: 1.1 undid a loop on a long turn; 1.3 garbled words
 # Passes one decoder runs at once (CTranslate2 workers; they share the weights): a call's
@@ -108,6 +110,7 @@ class Pass:
     words: list[Word] = field(default_factory=list)
     restarted: bool = False  # Whisper started the text over: it read the window to its end
     no_speech_prob: float = 0.0  # Whisper's probability that the window holds no speech
+    avg_logprob: float = 0.0  # the text's mean token log-probability (Whisper's own measure)
     # the context's words heard again, timed in its audio (None: forced as given)
     context_words: list[Word] | None = None
     # Where Whisper closed the text with a full stop (or "?", "!"): its probability of a mark
@@ -149,15 +152,17 @@ def _restarts(first: Segment, tail: Segment) -> bool:
 def hallucination_cut(words: list[str], secs: float, n: int = 3) -> int | None:
     """Where Whisper starts looping, if it does.
 
-    A run of 1-4 words repeated three times in a row ("ask what you ask what you ask what")
-    is a loop. The first ``n`` words coming round again is a restart of the utterance, but
-    only when there are more words than ``secs`` of speech can hold (a caller may well say
-    the same words twice).
+    A run of 1-8 words repeated three times in a row ("ask what you ask what you ask what")
+    is a loop; a lone digit only when it comes ``DIGIT_LOOP_REPEATS`` times (a number read
+    out says "5 5 5"). The first ``n`` words coming round again is a restart of the
+    utterance, but only when there are more words than ``secs`` of speech can hold (a
+    caller may well say the same words twice).
     """
-    for size in range(1, 5):
+    for size in range(1, LOOP_MAX_WORDS + 1):
         for i in range(len(words) - 3 * size + 1):
             run = words[i : i + size]
-            if run == words[i + size : i + 2 * size] == words[i + 2 * size : i + 3 * size]:
+            times = DIGIT_LOOP_REPEATS if size == 1 and run[0].isdigit() else 3
+            if all(words[i + k * size : i + (k + 1) * size] == run for k in range(1, times)):
                 return i + size
     if len(words) <= MAX_WORDS_PER_SEC * secs:
         return None
@@ -283,6 +288,7 @@ class WhisperDecoder:
                 words=done.words + rest.words,
                 restarted=rest.restarted,
                 no_speech_prob=done.no_speech_prob,
+                avg_logprob=done.avg_logprob,
                 goes_on=rest.goes_on,
             )
         return done
@@ -298,7 +304,8 @@ class WhisperDecoder:
     ) -> Pass | None:
         """One pass over the context's audio and ``audio`` with no word forced, split where
         the context's audio ends (by each word's middle); None when the words cannot be
-        timed or none falls in the context: the forced pass decides then."""
+        timed, or none falls in the context, or none after it (Whisper, reading the context
+        again, may stop or loop before the new audio): the forced pass decides then."""
         window = np.concatenate([context.audio, audio])
         given = len(self.tokenizer.encode(" " + context.prefix))
         expect = None if expect_tokens is None else expect_tokens + given
@@ -311,7 +318,7 @@ class WhisperDecoder:
         heard = 0
         while heard < len(timed) and timed[heard].middle < boundary:
             heard += 1
-        if heard == 0:
+        if heard in (0, len(timed)):
             return None
         done = Pass(
             text=" ".join(said[heard:]),
@@ -320,6 +327,7 @@ class WhisperDecoder:
             words=timed[heard:] if words else [],
             restarted=whole.restarted,
             no_speech_prob=whole.no_speech_prob,
+            avg_logprob=whole.avg_logprob,
             context_words=timed[:heard],
             goes_on=whole.goes_on,
         )
@@ -406,12 +414,16 @@ class WhisperDecoder:
             suppress_tokens=[-1],
             repetition_penalty=penalty,
             return_no_speech_prob=True,
+            return_scores=True,
             return_logits_vocab=goes_on,
         )
         ids = result[0].sequences_ids[0]
         at_limit = self.tokenizer.eot not in ids and len(ids) >= max_length // 2
         done, looped, cut_short = self.parse_tokens(ids, secs, window, at_limit, len(forced))
         done.no_speech_prob = float(result[0].no_speech_prob)
+        # CTranslate2's score is the sum of log-probabilities over the length; faster-whisper
+        # counts one token more (the end of text)
+        done.avg_logprob = float(result[0].scores[0]) * len(ids) / (len(ids) + 1)
         if goes_on:
             done.goes_on = self._going_on(done.text, ids, result[0].logits[0])
         return done, looped, cut_short

@@ -115,6 +115,7 @@ class TurnRecord(BaseModel):
     turn_end_words: Number = None  # the LLM's P(the caller's message ended there)
     turn_end_goes_on: Number = None  # recognition's P(a comma where it closed the words)
     turn_end_text: StrictStr = ""  # the words that decision read (before any revision)
+    last_interim_text: StrictStr = ""  # recognition's last interim of the turn, if any
     errors: list[StrictStr] = Field(default_factory=list)
     barge_in_ms: Ms = None
     critical_path: list[PathStep] | None = None  # with a CPU profile only

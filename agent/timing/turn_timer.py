@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pipecat.frames.frames import (
+    InterimTranscriptionFrame,
     LLMTextFrame,
     TranscriptionFrame,
     TTSAudioRawFrame,
@@ -44,6 +45,7 @@ WATCHED = (
     TranscriptRevisionFrame,
     UserStoppedSpeakingFrame,
     TranscriptionFrame,
+    InterimTranscriptionFrame,
     LLMTextFrame,
     PhraseFrame,
     TTSAudioRawFrame,
@@ -72,6 +74,7 @@ class Turn:
     end_words: float | None = None
     end_goes_on: float | None = None
     end_text: str = ""
+    last_interim: str = ""
 
     def record(self, budget: Budget | None) -> TurnRecord:
         """The turn record of the record contract (docs/design.md), as it stands now."""
@@ -95,6 +98,7 @@ class Turn:
             turn_end_words=self.end_words,
             turn_end_goes_on=self.end_goes_on,
             turn_end_text=self.end_text,
+            last_interim_text=self.last_interim,
             errors=list(self.errors),
         )
 
@@ -181,6 +185,8 @@ class TurnTimer(BaseObserver):
             self._set("turn_end", now)
         elif isinstance(frame, TranscriptionFrame):
             self._user_turn().user_text += frame.text
+        elif isinstance(frame, InterimTranscriptionFrame):
+            self._user_turn().last_interim = frame.text
         elif isinstance(frame, TranscriptRevisionFrame):
             self._revise(frame.turns)
         elif isinstance(frame, LLMTextFrame):

@@ -52,6 +52,8 @@ def test_eval_grades_what_was_heard_and_when_the_bot_spoke(eval_run):
     assert o["turns"] == o["expected_turns"] == 2 and o["splits"] == 0 and o["cutoffs"] == 0
     assert o["duplicated_phrases"] == 0 and o["stray_words"] == 0
     assert o["voice_to_voice_callwav"]["n"] == 2
+    assert o["talk_over"]["clips_over_200ms"] == 0 and o["words_lost"] == 0
+    assert o["dictation"]["clips"] == 0
     for clip in report["clips"]:
         assert clip["speech_start_ms"] < clip["speech_end_ms"]
         assert clip["voice_to_voice_ms"] > 0 and clip["answers"][0]

@@ -10,9 +10,11 @@ import soundfile as sf
 
 from agent.errors import UserError
 from agent.evaluation.answers import CallAnswers, echoes, loops
-from agent.evaluation.grading import assign_turns, bot_onsets, grade_call
+from agent.evaluation.grading import assign_turns, bot_onsets, grade_call, in_order
 from agent.evaluation.manifest import load_manifest
+from agent.evaluation.run import overall
 from agent.evaluation.text import duplicated_phrases, normalise, stray_words, wer
+from agent.recognition.numbers import spoken_digits, written_digits
 from agent.timing.record import TurnRecord
 from agent.transports.replay import PlayedClip
 
@@ -157,3 +159,74 @@ def test_bad_manifests_are_one_clear_line(tmp_path, content, message):
     manifest.write_text(content)
     with pytest.raises(UserError, match=message):
         load_manifest(manifest)
+
+
+def answered(opened: float, user: str, audio_at: float, interim: str = "") -> TurnRecord:
+    """A turn whose answer's audio started at ``audio_at`` ms."""
+    turn = record(opened, user, "Sure.")
+    events = {**turn.events, "first_audio_out": audio_at}
+    return turn.model_copy(update={"events": events, "last_interim_text": interim})
+
+
+def test_talk_over_counts_bot_audio_over_the_caller_s_voice_not_over_the_pauses(tmp_path):
+    """Caller: voice at 1.0-2.0 s and 2.5-3.5 s (a pause between); the bot answers the first
+    part at 1.8-2.7 s: 200 ms over the voice before the pause and 200 ms after it, none in
+    the pause. The second answer, after the caller finished, talks over nothing."""
+    user = np.zeros(RATE * 6, dtype=np.int16)
+    bot = np.zeros_like(user)
+    rng = np.random.default_rng(2)
+    for a, b in ((1.0, 2.0), (2.5, 3.5)):
+        user[int(a * RATE) : int(b * RATE)] = rng.normal(0, 3000, int((b - a) * RATE))
+    bot[int(1.8 * RATE) : int(2.7 * RATE)] = 500
+    bot[int(4.0 * RATE) : int(5.0 * RATE)] = 500
+    sf.write(tmp_path / "call.wav", np.stack([user, bot], axis=1), RATE, subtype="PCM_16")
+    (tmp_path / "a.wav").write_bytes(b"")
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(json.dumps({"file": "a.wav", "text": "one two"}) + "\n")
+    records = [answered(1000, "one", 1800), answered(2500, "two", 4000)]
+    (clip,) = grade_call(
+        tmp_path / "call.wav", load_manifest(manifest), [PlayedClip("a", 500, 6000)],
+        records, ["one two"],
+    )  # fmt: skip
+    assert clip.talk_over_ms == pytest.approx(400, abs=30)
+    assert clip.talk_over_turns_ms[0] == pytest.approx(400, abs=30)
+    assert clip.talk_over_turns_ms[1] == 0
+    figures = overall([clip], records)["talk_over"]
+    assert figures["clips_over_200ms"] == 1 and figures["share_over_200ms"] == 1.0
+    assert figures["turns_p50"] == pytest.approx(200, abs=30)
+
+
+def test_a_dictated_number_is_whole_only_in_one_turn_and_lost_words_are_counted(tmp_path):
+    """A number split over two turns keeps its digits in order but is not whole; a final
+    with fewer words than the turn's last interim is a loss, however the digits are written."""
+    clips, played = two_clip_call(
+        tmp_path, {"file": "b.wav", "text": "two two four one five", "digits": "22415"}
+    )
+    records = [
+        answered(1000, "hello there", 2000, interim="hello there"),
+        answered(6000, "2, 2, 4", 8500, interim="two two four"),  # as many words
+        answered(7000, "1 5", 9000, interim="1, 5, 9"),  # a word lost
+    ]
+    a, b = grade_call(tmp_path / "call.wav", clips, played, records, ["hello there", "22415"])
+    assert a.digits is None and a.dictation_whole is None and a.words_lost == 0
+    assert b.digits_heard == ["224", "15"] and b.digits_recalled == 5
+    assert b.dictation_whole is False and b.words_lost == 1
+    whole = [records[0], answered(6000, "22415", 8500, interim="2, 2, 4, 1, 5")]
+    _, b = grade_call(tmp_path / "call.wav", clips, played, whole, ["hello there", "22415"])
+    assert b.dictation_whole is True and b.digits_recalled == 5 and b.words_lost == 0
+    figures = overall([a, b], whole)
+    assert figures["dictation"] == {"clips": 1, "whole": 1, "digits": 5, "recalled": 5}
+
+
+def test_spoken_digits_are_read_in_order_and_dictated_runs_written_as_digits():
+    assert spoken_digits("Oh, nice. Two two, four; double one. 5") == "224115"
+    assert spoken_digits("oh five five") == "055"
+    assert in_order("2241", "22415") == 4 and in_order("9224150", "22415") == 5
+    assert in_order("51422", "22415") == 2
+    assert written_digits("2, 2, 4, 1, 5, 8, 3, 6.") == "22415836."
+    assert written_digits("It's two, nine, seven, eight, two?") == "It's 29782?"
+    assert written_digits("9-8-4-3-75-1-1-0") == "9843 75 110"
+    assert written_digits("Oh double five, one two three") == "055123"
+    # a sentence's few numbers and a list of years are no dictation
+    for text in ("Six spoons, five thick slabs and two or three", "In 1813, 1814, 1815."):
+        assert written_digits(text) == text

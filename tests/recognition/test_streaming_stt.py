@@ -343,6 +343,12 @@ def test_local_agreement_and_loop_cut():
     assert hallucination_cut(restart, secs=2.1) == 5  # 13 words in 2.1 s: a restart
     assert hallucination_cut(restart[:10], secs=4) is None  # said twice, slowly: kept
     assert hallucination_cut("we must find a new home in the stars".split(), secs=3) is None
+    # a number read out says a digit three times; a loop says it on and on
+    number = "8 6 3 5 5 5 2 9 0 1 8 4 7 6 6".split()
+    assert hallucination_cut(number, secs=9.5) is None
+    assert hallucination_cut([*number[:12], *["6"] * 8], secs=9.5) == 13
+    groups = "1 952 2 9085 462".split()
+    assert hallucination_cut(groups * 4, secs=20) == 5
     committed = "we must find a new home".split()
     assert drop_overlap(committed, "home in the stars".split()) == "in the stars".split()
     assert drop_overlap(committed, "in the stars".split()) == "in the stars".split()

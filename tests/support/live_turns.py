@@ -53,6 +53,7 @@ def turn_from(record: TurnRecord) -> Turn:
         errors=list(record.errors), end_reason=record.turn_end_reason,
         end_value=record.turn_end_value, end_words=record.turn_end_words,
         end_goes_on=record.turn_end_goes_on, end_text=record.turn_end_text,
+        last_interim=record.last_interim_text,
     )  # fmt: skip
 
 

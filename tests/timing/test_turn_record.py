@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pipecat.frames.frames import TranscriptionFrame
+from pipecat.frames.frames import InterimTranscriptionFrame, TranscriptionFrame
 from pipecat.observers.base_observer import FramePushed
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
@@ -27,7 +27,8 @@ from tests.support.fakes import scripted_run
 CONTRACT_KEYS = [
     "turn", "input", "user_text", "bot_text", "spoken_text", "events", "stages", "gaps",
     "stt_lead_ms", "voice_to_voice_ms", "llm", "budget", "interrupted", "turn_end_reason",
-    "turn_end_value", "turn_end_words", "turn_end_goes_on", "turn_end_text", "errors",
+    "turn_end_value", "turn_end_words", "turn_end_goes_on", "turn_end_text",
+    "last_interim_text", "errors",
 ]  # fmt: skip
 
 
@@ -164,3 +165,24 @@ async def test_words_heard_again_replace_the_earlier_turns_words_in_their_record
         "Please take the shape", "of a long round arch,", "with its path high", "",
     ]  # fmt: skip
     assert [r.turn_end_text for r in records] == [*said, ""]
+
+
+async def test_each_record_keeps_its_turn_s_last_interim():
+    """The last interim of a turn, beside its final: what a grader compares to count words
+    recognition lost at the end of the turn."""
+    timer = TurnTimer(ComputeClock())
+    source = FrameProcessor()
+
+    async def push(frame) -> None:
+        pushed = FramePushed(source, source, frame, FrameDirection.DOWNSTREAM, 0, True)
+        await timer.on_push_frame(pushed)
+
+    for i, (interims, final) in enumerate([(["2 2", "2 2 4 1 5"], "2 2 4"), ([], "hello")]):
+        await push(TimelineEventFrame(event="speech_start", at_ms=1000.0 * i))
+        for text in interims:
+            await push(InterimTranscriptionFrame(text=text, user_id="caller", timestamp=""))
+        await push(TimelineEventFrame(event="turn_end", at_ms=1000.0 * i + 500))
+        await push(TranscriptionFrame(text=final, user_id="caller", timestamp=""))
+    records = timer.records()
+    assert [r.last_interim_text for r in records] == ["2 2 4 1 5", ""]
+    assert [r.user_text for r in records] == ["2 2 4", "hello"]

@@ -38,6 +38,7 @@ from agent.settings import Settings
 from agent.synthesis.chunker import PhraseChunker
 from agent.synthesis.guard import PhraseGuard
 from agent.synthesis.piper_tts import PiperTTS, PiperVoiceModel
+from agent.tools.knowledge import Knowledge
 
 
 @dataclass
@@ -47,12 +48,15 @@ class AgentModels:
     decoder: WhisperDecoder
     voice: PiperVoiceModel
     turn: TurnModels
+    knowledge: Knowledge | None = None  # the documents' index (tools.knowledge_dir)
 
     @classmethod
     def load(cls, settings: Settings) -> AgentModels:
+        folder = settings.tools.knowledge_dir
+        knowledge = Knowledge(folder) if folder is not None else None  # a bad folder: first
         decoder = WhisperDecoder.from_settings(settings.asr, settings.models_dir)
         voice = PiperVoiceModel.from_settings(settings.tts, settings.models_dir)
-        models = cls(decoder=decoder, voice=voice, turn=TurnModels.load())
+        models = cls(decoder=decoder, voice=voice, turn=TurnModels.load(), knowledge=knowledge)
         models.warm_up(settings.sample_rate)
         return models
 
@@ -77,27 +81,30 @@ def llm_engine(settings: Settings) -> Iterator[ChatEngine]:
     wrapped in the failover policy (agent.llm.engines.failover).
     """
     s = settings.llm
+    tools = settings.tools.schemas
     if s.engine == "openai":
         if not s.base_url:
             raise UserError("llm.engine is 'openai' but no llm.base_url is set: pass --llm-url")
-        engine = OpenAIChatEngine(s.base_url, s.model, s, server=s.base_url_server)
+        engine = OpenAIChatEngine(s.base_url, s.model, s, server=s.base_url_server, tools=tools)
         yield failover_engine(engine, s)
         return
     if s.engine == "vllm":  # vLLM's OpenAI server from .venv-vllm, on loopback
         with VllmServer(s, settings.models_dir) as vllm:
             engine = OpenAIChatEngine(
-                vllm.base_url, vllm.served_name, s, api_key=vllm.api_key, server="vllm"
-            )
+                vllm.base_url, vllm.served_name, s, api_key=vllm.api_key, server="vllm",
+                tools=tools,
+            )  # fmt: skip
             yield failover_engine(engine, s)
         return
     gguf = model_store.resolve(s.model, "llm", settings.models_dir)
     if s.engine == "llama-inprocess":
-        yield failover_engine(InProcessLlama(gguf, s), s)
+        yield failover_engine(InProcessLlama(gguf, s, tools), s)
         return
     with LlamaServer(gguf, s) as server:  # restarted by the failover policy if it dies
         engine = OpenAIChatEngine(
-            server.base_url, gguf.stem, s, api_key=server.api_key, server="llama-server"
-        )
+            server.base_url, gguf.stem, s, api_key=server.api_key, server="llama-server",
+            tools=tools,
+        )  # fmt: skip
         yield failover_engine(engine, s, server=server)
 
 
@@ -120,7 +127,14 @@ def build_pipeline(
             TurnDetector(settings.turn, models.turn, clock, rate=rate, words_judged=True),
             StreamingWhisperSTT(models.decoder, settings.asr, clock, rate=rate),
             UserTurnAggregator(context),
-            StreamingLLM(engine, settings.llm, clock, greet=greeting),
+            StreamingLLM(
+                engine,
+                settings.llm,
+                clock,
+                greet=greeting,
+                tools=settings.tools,
+                knowledge=models.knowledge,
+            ),  # fmt: skip
             PhraseChunker(
                 first_min_words=settings.tts.first_phrase_min_words,
                 min_words=settings.tts.phrase_min_words,

@@ -29,6 +29,7 @@ from agent.errors import error_line
 from agent.llm.engines.chat import GREEDY, ChatEngine, OpenAIChatEngine, Sampling, Usage
 from agent.llm.servers.llama import LlamaServer
 from agent.settings import LLMSettings
+from agent.tools.runner import ToolCall
 
 RETRY_PRIMARY_SECS = 30.0
 
@@ -53,6 +54,7 @@ class FailoverEngine:
         self.fallback = fallback
         self.name = "llama-server" if server is not None else primary.name
         self.needs_keepalive = primary.needs_keepalive
+        self.tools = primary.tools
         self._retry_primary_secs = retry_primary_secs
         self._primary_down_until = 0.0
         # One thread restarts the server; the pending restart is a concurrent Future, so
@@ -114,7 +116,7 @@ class FailoverEngine:
 
     async def stream(
         self, messages: list[dict[str, Any]], *, max_tokens: int, sampling: Sampling = GREEDY
-    ) -> AsyncIterator[str | Usage]:
+    ) -> AsyncIterator[str | Usage | ToolCall]:
         engine, on_fallback = await self._pick()
         started = False
         try:
@@ -155,5 +157,5 @@ def failover_engine(
     fallback = None
     if settings.fallback_url:
         model = settings.fallback_model or getattr(primary, "model", settings.model)
-        fallback = OpenAIChatEngine(settings.fallback_url, model, settings)
+        fallback = OpenAIChatEngine(settings.fallback_url, model, settings, tools=primary.tools)
     return FailoverEngine(primary, server=server, fallback=fallback)

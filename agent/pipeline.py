@@ -39,6 +39,7 @@ from agent.synthesis.chunker import PhraseChunker
 from agent.synthesis.guard import PhraseGuard
 from agent.synthesis.piper_tts import PiperTTS, PiperVoiceModel
 from agent.tools.knowledge import Knowledge
+from agent.tools.runner import check_implementations
 
 
 @dataclass
@@ -81,6 +82,7 @@ def llm_engine(settings: Settings) -> Iterator[ChatEngine]:
     wrapped in the failover policy (agent.llm.engines.failover).
     """
     s = settings.llm
+    check_implementations(settings.tools.functions)
     tools = settings.tools.schemas
     if s.engine == "openai":
         if not s.base_url:

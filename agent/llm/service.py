@@ -124,7 +124,7 @@ class StreamingLLM(FrameProcessor):
         self._engine = engine
         self._settings = settings
         self._tools_settings = tools or ToolsSettings()
-        self._tools = ToolRunner(self._tools_settings.functions)
+        self.tool_runner = ToolRunner(self._tools_settings.functions)  # read by benchmarks
         self._knowledge = knowledge
         today = today_text(self._tools_settings.today)
         self._opening = [
@@ -372,11 +372,11 @@ class StreamingLLM(FrameProcessor):
     ) -> list[ToolResult]:
         """The calls' results; a filler line for the caller when they take longer than
         ``tools.filler_after_ms``. A side effect waits for the turn to be confirmed."""
-        if speculative and any(self._tools.side_effect(c) for c in calls):
+        if speculative and any(self.tool_runner.side_effect(c) for c in calls):
             raise AwaitsConfirmation
         turn = sum(m.get("role") == "user" for m in messages)
         await self._emit(TimelineEventFrame(event="tool_call", at_ms=self._clock.now_ms()))
-        run = asyncio.ensure_future(self._tools.run(calls, turn))
+        run = asyncio.ensure_future(self.tool_runner.run(calls, turn))
         after_ms = self._tools_settings.filler_after_ms
         try:
             with self._clock.elsewhere():  # the tools' time passes as the call's
@@ -409,7 +409,7 @@ class StreamingLLM(FrameProcessor):
         nothing new either."""
         verdict, usage, calls = await self._stream_edited(messages, editor, arrivals)
         for _ in range(self._tools_settings.max_rounds):
-            if not calls or not self._tools:
+            if not calls or not self.tool_runner:
                 break
             results = await self._run_tools(calls, messages, said, speculative)
             messages = with_results(messages, results)
@@ -456,6 +456,8 @@ class StreamingLLM(FrameProcessor):
             async for item in self._engine.stream(
                 messages, max_tokens=s.max_tokens, sampling=sampling or self._sampling
             ):
+                if isinstance(item, Usage | ToolCall):  # the engine is at work: not stalled
+                    stall.reschedule(asyncio.get_running_loop().time() + silent_secs)
                 if isinstance(item, Usage):
                     usage = item
                     continue

@@ -56,6 +56,7 @@ class Knowledge:
         self._db.execute("CREATE VIRTUAL TABLE passages USING fts5(source, text, tokenize=porter)")
         rows = [(p.name, part) for p in files for part in passages(p.read_text())]
         self._db.executemany("INSERT INTO passages VALUES (?, ?)", rows)
+        self.texts = [text for _, text in rows]
         self.size = len(rows)
 
     def search(self, words: str, limit: int) -> list[str]:

@@ -14,17 +14,21 @@ is kept for the next ask): a request stopped mid-flight would leave a booking un
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import importlib
+import importlib.util
 import inspect
 import json
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
 
+from agent.errors import UserError
 from agent.settings import ToolSpec
 
 Arguments = dict[str, Any]
@@ -57,6 +61,7 @@ class ToolRunner:
         self._specs = {f.name: f for f in functions}
         self._runs: dict[tuple[int | None, str], asyncio.Task[ToolResult]] = {}
         self.executions = 0  # how many times an implementation actually ran
+        self.results: list[ToolResult] = []  # every call answered in this call, in order
 
     def __bool__(self) -> bool:
         return bool(self._specs)
@@ -77,7 +82,9 @@ class ToolRunner:
             task = asyncio.ensure_future(self._execute(call))
             self._runs[key] = task
         result = await asyncio.shield(task)  # a barge-in stops the wait, not the run
-        return ToolResult(call, result.content, result.ok)
+        result = ToolResult(call, result.content, result.ok)
+        self.results.append(result)
+        return result
 
     async def _execute(self, call: ToolCall) -> ToolResult:
         spec = self._specs.get(call.name)
@@ -115,10 +122,31 @@ class ToolRunner:
                 return response.text
 
 
+@functools.cache
 def implementation(path: str) -> Callable[..., Any]:
-    """The function ``module:function`` names."""
-    module, _, name = path.partition(":")
-    function = getattr(importlib.import_module(module), name, None)
+    """The function ``module:function`` (or ``file.py:function``, from the current
+    directory: an agent's own tools beside its YAML) names."""
+    where, _, name = path.rpartition(":")
+    try:
+        if where.endswith(".py"):
+            spec = importlib.util.spec_from_file_location(Path(where).stem, where)
+            if spec is None or spec.loader is None:
+                raise ImportError(where)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+    except (ImportError, OSError) as exc:
+        raise UserError(f"tool implementation {path}: cannot load {where} ({exc})") from None
+    function = getattr(module, name, None)
     if not callable(function):
-        raise ValueError(f"{path} is not a function: give 'module:function'")
+        raise UserError(f"tool implementation {path}: no function {name!r} in {where}")
     return function
+
+
+def check_implementations(functions: Iterable[ToolSpec]) -> None:
+    """Load every Python tool once at start: a wrong path is one line then, not a failing
+    tool in the middle of a call."""
+    for spec in functions:
+        if spec.python:
+            implementation(spec.python)

@@ -340,21 +340,30 @@ class InProcessLlama:
         logits = np.ctypeslib.as_array(self.llm._ctx.get_logits(), shape=(self.llm.n_vocab(),))
         return int(logits.argmax())
 
-    def _tool_calls(self, tokens: list[int]) -> tuple[list[ToolCall], int]:
+    def _tool_calls(
+        self, tokens: list[int], emit: Any, stop: threading.Event
+    ) -> tuple[list[ToolCall], int]:
         """The calls the model makes after ``tokens``, each decoded under a grammar that
         allows only a declared tool's name and arguments that fit its schema; and how many
-        tokens they took. After each call, another follows when the model opens one."""
+        tokens they took. After each call, another follows when the model opens one. Each
+        token emits a ``Usage`` so far: the stage's stall timer sees the engine at work
+        while a call, said as a whole, is decoded."""
         calls: list[ToolCall] = []
         produced = 0
         prefix = tokens
-        while len(calls) < MAX_CALLS:
+        while len(calls) < MAX_CALLS and not stop.is_set():
             head = prefix + self._call_head
             self.llm.n_tokens = min(self._cached(head), len(head) - 1)
-            out = self.llm.create_completion(
-                head, max_tokens=CALL_MAX_TOKENS, temperature=0.0, grammar=self._call_grammar
-            )
-            text = out["choices"][0]["text"]  # type: ignore[index]
-            produced += out["usage"]["completion_tokens"]  # type: ignore[index]
+            text = ""
+            for chunk in self.llm.create_completion(
+                head, max_tokens=CALL_MAX_TOKENS, temperature=0.0, grammar=self._call_grammar,
+                stream=True,
+            ):  # fmt: skip
+                if stop.is_set():
+                    return calls, produced
+                text += chunk["choices"][0]["text"]
+                produced += 1
+                emit(Usage(len(tokens), None, produced))
             try:
                 call = json.loads(text)
             except ValueError:
@@ -442,7 +451,7 @@ class InProcessLlama:
             # The model's first token decides: a call (decoded under the grammar, held
             # back whole) or words (streamed, with the call tag barred from them).
             if self._next_token(tokens) in self._call_starts:
-                calls, produced = self._tool_calls(tokens)
+                calls, produced = self._tool_calls(tokens, emit, stop)
                 for call in calls:
                     emit(call)
                 return Usage(len(tokens), cached, produced)

@@ -30,7 +30,7 @@ from agent.llm.engines.chat import ChatEngine, InProcessLlama, OpenAIChatEngine
 from agent.llm.engines.failover import failover_engine
 from agent.llm.servers.llama import LlamaServer
 from agent.llm.servers.vllm import VllmServer
-from agent.llm.service import StreamingLLM
+from agent.llm.service import StreamingLLM, dated
 from agent.recognition.streaming_stt import StreamingWhisperSTT
 from agent.recognition.turn_detector import SMART_TURN_MAX_SECS, TurnDetector, TurnModels
 from agent.recognition.whisper_decoder import RATE, WhisperDecoder
@@ -100,7 +100,9 @@ def llm_engine(settings: Settings) -> Iterator[ChatEngine]:
         return
     gguf = model_store.resolve(s.model, "llm", settings.models_dir)
     if s.engine == "llama-inprocess":
-        yield failover_engine(InProcessLlama(gguf, s, tools), s)
+        # prefilled at load with the opening the calls will send (today's date in it)
+        engine = InProcessLlama(gguf, dated(s, settings.tools.today), tools)
+        yield failover_engine(engine, s)
         return
     with LlamaServer(gguf, s) as server:  # restarted by the failover policy if it dies
         engine = OpenAIChatEngine(

@@ -90,6 +90,13 @@ def today_text(today: str | None) -> str:
     return f"{day.isoformat()}, {day.strftime('%A')}"
 
 
+def dated(settings: LLMSettings, today: str | None) -> LLMSettings:
+    """``settings`` with ``{today}`` in the system prompt given (``today_text``): what the
+    call's opening says, and what the engine prefills at load, so they are the same bytes."""
+    prompt = settings.system_prompt.replace("{today}", today_text(today))
+    return settings.model_copy(update={"system_prompt": prompt})
+
+
 def with_results(messages: list[dict], results: list[ToolResult]) -> list[dict]:
     """The conversation after the model's calls: its call message, then one result each."""
     calls = [
@@ -126,10 +133,7 @@ class StreamingLLM(FrameProcessor):
         self._tools_settings = tools or ToolsSettings()
         self.tool_runner = ToolRunner(self._tools_settings.functions)  # read by benchmarks
         self._knowledge = knowledge
-        today = today_text(self._tools_settings.today)
-        self._opening = [
-            {**m, "content": m["content"].replace("{today}", today)} for m in settings.opening
-        ]
+        self._opening = dated(settings, self._tools_settings.today).opening
         self._awaits_confirmation = False  # the speculative answer stopped at a side effect
         self._sampling = Sampling.of(settings)
         self._greeting = settings.greeting.strip() if greet else ""
@@ -407,13 +411,23 @@ class StreamingLLM(FrameProcessor):
         model's answer to their results (``tools.max_rounds`` rounds at most); asked once
         more with a note when it had nothing new, the fallback line when the second try had
         nothing new either."""
-        verdict, usage, calls = await self._stream_edited(messages, editor, arrivals)
-        for _ in range(self._tools_settings.max_rounds):
-            if not calls or not self.tool_runner:
-                break
+        may_call = bool(self.tool_runner)
+        verdict, usage, calls = await self._stream_edited(
+            messages, editor, arrivals, None, may_call
+        )
+        rounds, made = 0, set()
+        while calls and may_call:
+            rounds += 1
             results = await self._run_tools(calls, messages, said, speculative)
             messages = with_results(messages, results)
-            verdict, usage, calls = await self._stream_edited(messages, editor, arrivals)
+            # After the last round, or a round that only called again what this turn had
+            # called already (a small model's loop), the model answers in words.
+            repeated = {c.key() for c in calls} <= made
+            made |= {c.key() for c in calls}
+            may_call = rounds < self._tools_settings.max_rounds and not repeated
+            verdict, usage, calls = await self._stream_edited(
+                messages, editor, arrivals, None, may_call
+            )
         if verdict is Verdict.REGENERATE:
             note = self._settings.retry_note
             retry = [*messages, {"role": "system", "content": note}] if note else messages
@@ -444,6 +458,7 @@ class StreamingLLM(FrameProcessor):
         editor: AnswerEditor,
         arrivals: list[float],
         sampling: Sampling | None = None,
+        may_call: bool = False,
     ) -> tuple[Verdict, Usage, list[ToolCall]]:
         """One engine stream through the editor, until the editor ends it or the model does
         (leaving the ``async for`` closes the stream: decoding stops there); and the tools
@@ -454,8 +469,9 @@ class StreamingLLM(FrameProcessor):
         silent_secs = self._clock.limit(s.timeout_secs)  # a replay's answers wait out the CPU
         async with asyncio.timeout(silent_secs) as stall:
             async for item in self._engine.stream(
-                messages, max_tokens=s.max_tokens, sampling=sampling or self._sampling
-            ):
+                messages, max_tokens=s.max_tokens, sampling=sampling or self._sampling,
+                calls=may_call,
+            ):  # fmt: skip
                 if isinstance(item, Usage | ToolCall):  # the engine is at work: not stalled
                     stall.reschedule(asyncio.get_running_loop().time() + silent_secs)
                 if isinstance(item, Usage):

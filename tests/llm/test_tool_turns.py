@@ -227,3 +227,19 @@ async def test_today_in_the_system_prompt_is_the_calls_date():
     )
     await run_paced(stage_, frames_to_send=[ask("Hi.")], clock=clock)
     assert engine.requests[0][0]["content"] == "Today is 2026-12-07, Monday."
+
+
+async def test_after_the_last_round_or_a_call_made_again_the_model_must_answer_in_words():
+    call = ToolCall("check_availability", ARGS, "call_0")
+    engine = ScriptedToolEngine([call], [call], "There is a table at seven.")
+    llm, clock = stage(engine)
+    down, _ = await run_paced(
+        llm, frames_to_send=[ask("A table at 7?"), SleepFrame(sleep=0.5)], clock=clock
+    )
+    assert engine.calls_allowed == [True, True, False]  # the same call again: time to answer
+    assert texts(down) == "There is a table at seven."
+    one_round = TOOLS.model_copy(update={"max_rounds": 1})
+    engine = ScriptedToolEngine([call], "There is a table at seven.")
+    llm, clock = stage(engine, tools=one_round)
+    await run_paced(llm, frames_to_send=[ask("A table at 7?"), SleepFrame(sleep=0.5)], clock=clock)
+    assert engine.calls_allowed == [True, False]

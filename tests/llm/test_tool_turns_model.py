@@ -17,7 +17,7 @@ from agent import frames as af
 from agent import model_store
 from agent.clock import ComputeClock
 from agent.llm.engines.chat import InProcessLlama
-from agent.llm.service import StreamingLLM
+from agent.llm.service import StreamingLLM, dated
 from agent.settings import load_settings
 from agent.tools.knowledge import Knowledge
 from tests.support.compute_pace import run_paced
@@ -32,7 +32,7 @@ def restaurant(settings):
     agent = load_settings(EXAMPLE, models_dir=settings.models_dir)
     tools = agent.tools.model_copy(update={"today": "2026-12-07"})  # a Monday
     gguf = model_store.resolve(agent.llm.model, "llm", agent.models_dir)
-    return agent.llm, tools, InProcessLlama(gguf, agent.llm, tools.schemas)
+    return agent.llm, tools, InProcessLlama(gguf, dated(agent.llm, tools.today), tools.schemas)
 
 
 async def test_a_booking_turn_calls_the_tool_and_says_its_reference(

@@ -67,7 +67,12 @@ class ScriptedEngine:
         self.paused = False
 
     async def stream(
-        self, messages: list[dict[str, Any]], *, max_tokens: int, sampling: Sampling = GREEDY
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        max_tokens: int,
+        sampling: Sampling = GREEDY,
+        calls: bool = True,
     ) -> AsyncIterator[str | Usage]:
         if max_tokens > 1:
             self.requests.append(messages)
@@ -108,7 +113,12 @@ class ScriptedAnswers:
         self.taken: list[int] = []
 
     async def stream(
-        self, messages: list[dict[str, Any]], *, max_tokens: int, sampling: Sampling
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        max_tokens: int,
+        sampling: Sampling,
+        calls: bool = True,
     ) -> AsyncIterator[str | Usage]:
         self.requests.append({"messages": messages, "sampling": sampling})
         self.taken.append(0)
@@ -141,12 +151,19 @@ class ScriptedToolEngine:
         self.replies = list(replies)
         self.tools = tools or []
         self.requests: list[list[dict[str, Any]]] = []
+        self.calls_allowed: list[bool] = []  # per request: whether it could call tools
 
     async def stream(
-        self, messages: list[dict[str, Any]], *, max_tokens: int, sampling: Sampling = GREEDY
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        max_tokens: int,
+        sampling: Sampling = GREEDY,
+        calls: bool = True,
     ) -> AsyncIterator[str | Usage | ToolCall]:
         if max_tokens > 1:  # not a warm-up
             self.requests.append(messages)
+            self.calls_allowed.append(calls)
             reply = self.replies.pop(0) if self.replies else "Okay."
             if isinstance(reply, str):
                 for i, word in enumerate(reply.split(" ")):

@@ -37,6 +37,7 @@ TRAILING_PUNCTUATION = re.compile(r"[\s.,;:!?…\"']+$")
 # Tool calls in process: at most this many in one answer, each at most this many tokens.
 MAX_CALLS = 3
 CALL_MAX_TOKENS = 160
+PREFILL_CHUNK = 64
 
 
 def unpunctuated(text: str) -> str:
@@ -89,9 +90,15 @@ class ChatEngine(Protocol):
     tools: list[dict[str, Any]]  # the tools every request offers (OpenAI format); [] none
 
     def stream(
-        self, messages: list[dict[str, Any]], *, max_tokens: int, sampling: Sampling = GREEDY
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        max_tokens: int,
+        sampling: Sampling = GREEDY,
+        calls: bool = True,
     ) -> AsyncIterator[str | Usage | ToolCall]:
-        """Content deltas, or the answer's tool calls (then no content), then a ``Usage``."""
+        """Content deltas, or the answer's tool calls (then no content), then a ``Usage``;
+        ``calls``: False, words only (the tools' results are in: time to answer)."""
         ...
 
     async def prefill(self, messages: list[dict[str, Any]]) -> None:
@@ -178,10 +185,17 @@ class OpenAIChatEngine:
         )  # fmt: skip
 
     async def stream(
-        self, messages: list[dict[str, Any]], *, max_tokens: int, sampling: Sampling = GREEDY
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        max_tokens: int,
+        sampling: Sampling = GREEDY,
+        calls: bool = True,
     ) -> AsyncIterator[str | Usage | ToolCall]:
         extra = {self._repeat_field: sampling.repeat_penalty} if self._repeat_field else None
         offered: dict[str, Any] = {"tools": self.tools} if self.tools else {}
+        if self.tools and not calls:
+            offered["tool_choice"] = "none"
         stream = await self._client.chat.completions.create(
             model=self.model,
             messages=messages,  # type: ignore[arg-type]
@@ -196,7 +210,7 @@ class OpenAIChatEngine:
             **offered,
         )
         usage = Usage()
-        calls: dict[int, dict[str, str]] = {}  # index -> id, name, arguments so far
+        made: dict[int, dict[str, str]] = {}  # index -> id, name, arguments so far
         async with stream:
             async for chunk in stream:
                 if chunk.usage is not None:
@@ -210,14 +224,14 @@ class OpenAIChatEngine:
                     continue
                 delta = chunk.choices[0].delta
                 for part in delta.tool_calls or []:
-                    call = calls.setdefault(part.index, {"id": "", "name": "", "arguments": ""})
+                    call = made.setdefault(part.index, {"id": "", "name": "", "arguments": ""})
                     call["id"] = part.id or call["id"]
                     if part.function is not None:
                         call["name"] += part.function.name or ""
                         call["arguments"] += part.function.arguments or ""
-                if delta.content and not calls:
+                if delta.content and not made:
                     yield delta.content
-        for index, call in sorted(calls.items()):
+        for index, call in sorted(made.items()):
             yield ToolCall(
                 call["name"], parsed_arguments(call["arguments"]), call["id"] or f"call_{index}"
             )
@@ -333,10 +347,16 @@ class InProcessLlama:
                 starts.add(token)
         return np.array(sorted(starts))
 
-    def _next_token(self, tokens: list[int]) -> int:
-        """The most likely token after ``tokens``, evaluating only what is not cached."""
+    def _next_token(self, tokens: list[int], emit: Any = None) -> int:
+        """The most likely token after ``tokens``, evaluating only what is not cached;
+        ``emit``: told a ``Usage`` after each ``PREFILL_CHUNK`` tokens evaluated, so the
+        stage sees a long prefill (the tools' schemas, on a busy machine) at work."""
         self.llm.n_tokens = min(self._cached(tokens), len(tokens) - 1)
-        self.llm.eval(tokens[self.llm.n_tokens :])
+        cached = self.llm.n_tokens
+        while self.llm.n_tokens < len(tokens):
+            self.llm.eval(tokens[self.llm.n_tokens : self.llm.n_tokens + PREFILL_CHUNK])
+            if emit is not None:
+                emit(Usage(len(tokens), cached))
         logits = np.ctypeslib.as_array(self.llm._ctx.get_logits(), shape=(self.llm.n_vocab(),))
         return int(logits.argmax())
 
@@ -440,7 +460,7 @@ class InProcessLlama:
 
     def _generate(
         self, messages: list[dict[str, Any]], max_tokens: int, sampling: Sampling,
-        emit: Any, stop: threading.Event,
+        emit: Any, stop: threading.Event, calls: bool = True,
     ) -> Usage:  # fmt: skip
         tokens = self._tokens(messages)
         cached = self._cached(tokens)
@@ -449,13 +469,13 @@ class InProcessLlama:
         no_call: dict[int, float] | None = None
         if self.tools and max_tokens > 1:
             # The model's first token decides: a call (decoded under the grammar, held
-            # back whole) or words (streamed, with the call tag barred from them).
-            if self._next_token(tokens) in self._call_starts:
-                calls, produced = self._tool_calls(tokens, emit, stop)
-                for call in calls:
+            # back whole) or words (streamed, with what opens a call barred from them).
+            if self._next_token(tokens, emit) in self._call_starts and calls:
+                made, produced = self._tool_calls(tokens, emit, stop)
+                for call in made:
                     emit(call)
                 return Usage(len(tokens), cached, produced)
-            no_call = {self._call_head[0]: -float("inf")}
+            no_call = dict.fromkeys(self._call_starts.tolist(), -float("inf"))
             self.llm.n_tokens = len(tokens) - 1  # the last token again: its logits sample
         for chunk in self.llm.create_completion(
             tokens, max_tokens=max_tokens, temperature=sampling.temperature,
@@ -473,7 +493,12 @@ class InProcessLlama:
         return Usage(len(tokens), cached, produced)
 
     async def stream(
-        self, messages: list[dict[str, Any]], *, max_tokens: int, sampling: Sampling = GREEDY
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        max_tokens: int,
+        sampling: Sampling = GREEDY,
+        calls: bool = True,
     ) -> AsyncIterator[str | Usage | ToolCall]:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[str | Usage | ToolCall | None] = asyncio.Queue()
@@ -483,7 +508,7 @@ class InProcessLlama:
             loop.call_soon_threadsafe(queue.put_nowait, item)
 
         job = loop.run_in_executor(
-            self._executor, self._generate, messages, max_tokens, sampling, emit, stop
+            self._executor, self._generate, messages, max_tokens, sampling, emit, stop, calls
         )
         job.add_done_callback(lambda _: queue.put_nowait(None))
         try:

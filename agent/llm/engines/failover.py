@@ -115,12 +115,19 @@ class FailoverEngine:
     # -- ChatEngine -----------------------------------------------------------------------------
 
     async def stream(
-        self, messages: list[dict[str, Any]], *, max_tokens: int, sampling: Sampling = GREEDY
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        max_tokens: int,
+        sampling: Sampling = GREEDY,
+        calls: bool = True,
     ) -> AsyncIterator[str | Usage | ToolCall]:
         engine, on_fallback = await self._pick()
         started = False
         try:
-            async for item in engine.stream(messages, max_tokens=max_tokens, sampling=sampling):
+            async for item in engine.stream(
+                messages, max_tokens=max_tokens, sampling=sampling, calls=calls
+            ):
                 started = started or isinstance(item, str)
                 yield item
             return
@@ -132,7 +139,9 @@ class FailoverEngine:
                 raise EngineFailure(f"{error_line(exc)}; {action}") from exc
         # Nothing was said yet: the fallback answers this very turn.
         assert self.fallback is not None
-        async for item in self.fallback.stream(messages, max_tokens=max_tokens, sampling=sampling):
+        async for item in self.fallback.stream(
+            messages, max_tokens=max_tokens, sampling=sampling, calls=calls
+        ):
             yield item
 
     async def prefill(self, messages: list[dict[str, Any]]) -> None:

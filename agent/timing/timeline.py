@@ -7,9 +7,9 @@ EVENTS = (
     "speech_end",
     "turn_end",
     "stt_final",
+    "llm_request",
     "retrieval_start",
     "retrieval_end",
-    "llm_request",
     "tool_call",
     "tool_result",
     "filler",
@@ -30,9 +30,9 @@ STAGES: dict[str, tuple[str, str]] = {
     "tts_ttfb": ("first_phrase", "tts_first_audio"),
     "transport_out": ("tts_first_audio", "first_audio_out"),
     "voice_to_voice": ("speech_end", "first_audio_out"),
-    # Inside the stages above (not added to voice_to_voice): the knowledge search before the
-    # request, and the tools' run from the model's first call to the last result, which
-    # llm_ttft holds (its first token is then the filler's or the answer after the tools).
+    # Inside llm_ttft (not added to voice_to_voice): the knowledge search as the request
+    # begins, and the tools' run from the model's first call to the last result (the first
+    # token is then the filler's, or the answer's after the tools).
     "retrieval": ("retrieval_start", "retrieval_end"),
     "tool": ("tool_call", "tool_result"),
 }

@@ -336,7 +336,10 @@ class StreamingLLM(FrameProcessor):
                 await self._emit(LLMTextFrame(text=again))
             else:
                 messages = await self._with_knowledge(self._prompt(history))
-                usage = await self._engine_answer(messages, editor, said, arrivals, speculative)
+                turn = sum(m.get("role") == "user" for m in history)  # the whole call's
+                usage = await self._engine_answer(
+                    messages, editor, said, arrivals, speculative, turn
+                )
         except ENGINE_ERRORS as exc:
             error = f"llm ({self._engine.name}): {error_line(exc, ENGINE_ERROR_CHARS)}"
             spoken = editor.text
@@ -372,13 +375,12 @@ class StreamingLLM(FrameProcessor):
         return [*messages, {"role": "system", "content": KNOWLEDGE_NOTE + "\n".join(found)}]
 
     async def _run_tools(
-        self, calls: list[ToolCall], messages: list[dict], said: list[str], speculative: bool
+        self, calls: list[ToolCall], turn: int, said: list[str], speculative: bool
     ) -> list[ToolResult]:
         """The calls' results; a filler line for the caller when they take longer than
         ``tools.filler_after_ms``. A side effect waits for the turn to be confirmed."""
         if speculative and any(self.tool_runner.side_effect(c) for c in calls):
             raise AwaitsConfirmation
-        turn = sum(m.get("role") == "user" for m in messages)
         await self._emit(TimelineEventFrame(event="tool_call", at_ms=self._clock.now_ms()))
         run = asyncio.ensure_future(self.tool_runner.run(calls, turn))
         after_ms = self._tools_settings.filler_after_ms
@@ -406,11 +408,13 @@ class StreamingLLM(FrameProcessor):
         said: list[str],
         arrivals: list[float],
         speculative: bool = False,
+        turn: int = 0,
     ) -> Usage:
         """The engine's answer through the editor: after each round of tool calls, the
         model's answer to their results (``tools.max_rounds`` rounds at most); asked once
         more with a note when it had nothing new, the fallback line when the second try had
-        nothing new either."""
+        nothing new either. ``turn``: the caller's turn in the call (a lookup runs again in
+        another)."""
         may_call = bool(self.tool_runner)
         verdict, usage, calls = await self._stream_edited(
             messages, editor, arrivals, None, may_call
@@ -418,7 +422,7 @@ class StreamingLLM(FrameProcessor):
         rounds, made = 0, set()
         while calls and may_call:
             rounds += 1
-            results = await self._run_tools(calls, messages, said, speculative)
+            results = await self._run_tools(calls, turn, said, speculative)
             messages = with_results(messages, results)
             # After the last round, or a round that only called again what this turn had
             # called already (a small model's loop), the model answers in words.

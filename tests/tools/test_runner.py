@@ -10,8 +10,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from agent.errors import UserError
 from agent.settings import ToolSpec, ToolsSettings
-from agent.tools.runner import ToolCall, ToolRunner
+from agent.tools.runner import ToolCall, ToolRunner, check_implementations
 
 OBJECT = {"type": "object", "properties": {"n": {"type": "integer"}}}
 BOOKED: list[dict] = []
@@ -146,3 +147,12 @@ def test_a_tool_needs_one_implementation_and_an_object_schema():
         ToolSpec(name="x", description="d", python="a:b", parameters={"type": "string"})
     with pytest.raises(ValueError, match="same name"):
         ToolsSettings(functions=[spec("a", "m:f"), spec("a", "m:g")])
+
+
+def test_a_tool_that_cannot_be_loaded_is_one_line_at_start(tmp_path):
+    (tmp_path / "shop.py").write_text("def check(n):\n    return n\n")
+    check_implementations([spec("check", f"{tmp_path}/shop.py:check")])  # a file of its own
+    with pytest.raises(UserError, match=r"tool implementation .*nope.py:check: cannot load"):
+        check_implementations([spec("check", f"{tmp_path}/nope.py:check")])
+    with pytest.raises(UserError, match="no function 'missing'"):
+        check_implementations([spec("check", f"{__name__}:missing")])

@@ -300,7 +300,7 @@ class InProcessLlama:
         # Qwen2.5's (and Hermes') format: <tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>
         self._call_head = self.llm.tokenize(b"<tool_call>\n", add_bos=False, special=True)
         self._call_tail = self.llm.tokenize(b"\n</tool_call>\n", add_bos=False, special=True)
-        self._call_starts = self._calling_tokens()
+        self._call_starts, self._call_marks = self._calling_tokens()
         self._judged: tuple[list[int], float] | None = None  # the last words judged, verdict
         # Load the weights into memory and prefill the static opening before any call, on
         # the generation thread: llama.cpp's OpenMP keeps a thread team per calling thread,
@@ -336,16 +336,21 @@ class InProcessLlama:
                 closing.add(token)
         return np.array(sorted(closing))
 
-    def _calling_tokens(self) -> np.ndarray:
-        """The tokens an answer that calls a tool opens with: the template's call tag, or a
-        JSON object straight away (Qwen2.5-Coder-0.5B leaves the tag out)."""
+    def _calling_tokens(self) -> tuple[np.ndarray, list[int]]:
+        """The tokens an answer that calls a tool opens with (the template's call tag, or a
+        JSON object straight away: Qwen2.5-Coder-0.5B leaves the tag out), and every token
+        with a mark of a call in it (braces, angle brackets), barred from spoken words: told
+        to answer, the small model wrote the call out as text ('>{"name": ...')."""
         if not self.tools:
-            return np.array([], dtype=int)
-        starts = {self._call_head[0]}
+            return np.array([], dtype=int), []
+        starts, marks = {self._call_head[0]}, {self._call_head[0]}
         for token in range(self.llm.n_vocab()):
-            if self.llm.detokenize([token]).decode("utf-8", errors="ignore").startswith("{"):
+            piece = self.llm.detokenize([token]).decode("utf-8", errors="ignore")
+            if piece.startswith("{"):
                 starts.add(token)
-        return np.array(sorted(starts))
+            if any(mark in piece for mark in "{}<>"):
+                marks.add(token)
+        return np.array(sorted(starts)), sorted(marks)
 
     def _next_token(self, tokens: list[int], emit: Any = None) -> int:
         """The most likely token after ``tokens``, evaluating only what is not cached;
@@ -475,7 +480,7 @@ class InProcessLlama:
                 for call in made:
                     emit(call)
                 return Usage(len(tokens), cached, produced)
-            no_call = dict.fromkeys(self._call_starts.tolist(), -float("inf"))
+            no_call = dict.fromkeys(self._call_marks, -float("inf"))
             self.llm.n_tokens = len(tokens) - 1  # the last token again: its logits sample
         for chunk in self.llm.create_completion(
             tokens, max_tokens=max_tokens, temperature=sampling.temperature,

@@ -90,6 +90,14 @@ def today_text(today: str | None) -> str:
     return f"{day.isoformat()}, {day.strftime('%A')}"
 
 
+# After the tools' results: without it the small default model, told to answer in words,
+# wrote the result out as JSON, or called the tool again.
+RESULTS_NOTE = (
+    "Now tell the caller what the tool answered, in one short spoken sentence; say any "
+    "booking reference, date and time it gave."
+)
+
+
 def dated(settings: LLMSettings, today: str | None) -> LLMSettings:
     """``settings`` with ``{today}`` in the system prompt given (``today_text``): what the
     call's opening says, and what the engine prefills at load, so they are the same bytes."""
@@ -98,7 +106,8 @@ def dated(settings: LLMSettings, today: str | None) -> LLMSettings:
 
 
 def with_results(messages: list[dict], results: list[ToolResult]) -> list[dict]:
-    """The conversation after the model's calls: its call message, then one result each."""
+    """The conversation after the model's calls: its call message, one result each, and
+    the note that asks for the answer."""
     calls = [
         {"id": r.call.id, "type": "function",
          "function": {"name": r.call.name, "arguments": json.dumps(r.call.arguments)}}
@@ -108,7 +117,8 @@ def with_results(messages: list[dict], results: list[ToolResult]) -> list[dict]:
         {"role": "tool", "tool_call_id": r.call.id, "name": r.call.name, "content": r.content}
         for r in results
     ]
-    return [*messages, {"role": "assistant", "content": None, "tool_calls": calls}, *answers]
+    note = {"role": "system", "content": RESULTS_NOTE}
+    return [*messages, {"role": "assistant", "content": None, "tool_calls": calls}, *answers, note]
 
 
 class StreamingLLM(FrameProcessor):

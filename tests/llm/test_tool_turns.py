@@ -104,7 +104,8 @@ async def test_the_tools_result_goes_back_to_the_model_and_its_answer_is_spoken(
     assert texts(down) == "Yes, we have a table at seven."  # a quick tool: no filler
     first, second = engine.requests
     assert second[: len(first)] == first
-    call, result = second[len(first) :]
+    call, result, note = second[len(first) :]
+    assert note["role"] == "system" and "tell the caller" in note["content"]
     assert call["tool_calls"][0]["function"] == {
         "name": "check_availability", "arguments": '{"date": "2026-12-12", "time": "19:00", '
         '"party_size": 2}'
@@ -152,7 +153,7 @@ async def test_a_barge_in_during_a_tool_call_stops_the_answer_and_books_nothing_
     assert texts(down) == "Let me check that for you. Yes, your booking is R1."
     assert BOOKINGS == [ARGS]  # asked again with the same arguments: booked once
     assert len(engine.requests) == 3  # the answer to the first result was never asked for
-    assert "R1" in engine.requests[-1][-1]["content"]
+    assert "R1" in engine.requests[-1][-2]["content"]  # the result, before the note
 
 
 async def test_a_failing_tool_is_a_sentence_the_model_can_say():
@@ -161,7 +162,7 @@ async def test_a_failing_tool_is_a_sentence_the_model_can_say():
     )
     llm, clock = stage(engine)
     down, _ = await run_paced(llm, frames_to_send=[ask("Book it.")], clock=clock)
-    assert engine.requests[1][-1]["content"] == "I couldn't reach the broken system."
+    assert engine.requests[1][-2]["content"] == "I couldn't reach the broken system."
     assert texts(down) == "Sorry, I couldn't reach the booking system."
 
 

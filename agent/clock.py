@@ -55,6 +55,12 @@ class CallClock:
         """How long (wall-clock seconds) to wait for work that ``live_secs`` bounds live."""
         return live_secs
 
+    @contextlib.contextmanager
+    def elsewhere(self) -> Iterator[None]:
+        """Inside ``busy()``: a wait on work done off this machine (a tool's server), which
+        the call's time passes during, as it would live."""
+        yield
+
 
 class ComputeClock(CallClock):
     """The audio clock of a compute-paced replay: it advances only when the input asks it to
@@ -120,6 +126,14 @@ class ComputeClock(CallClock):
             yield
         finally:
             self._leave()
+
+    @contextlib.contextmanager
+    def elsewhere(self) -> Iterator[None]:
+        self._leave()
+        try:
+            yield
+        finally:
+            self._enter()
 
     async def settle(self) -> None:
         """Return once no tracked work runs and nothing else is ready on the loop."""

@@ -30,7 +30,7 @@ from agent.llm.engines.chat import ChatEngine, InProcessLlama, OpenAIChatEngine
 from agent.llm.engines.failover import failover_engine
 from agent.llm.servers.llama import LlamaServer
 from agent.llm.servers.vllm import VllmServer
-from agent.llm.service import StreamingLLM
+from agent.llm.service import StreamingLLM, dated
 from agent.recognition.streaming_stt import StreamingWhisperSTT
 from agent.recognition.turn_detector import SMART_TURN_MAX_SECS, TurnDetector, TurnModels
 from agent.recognition.whisper_decoder import RATE, WhisperDecoder
@@ -39,6 +39,8 @@ from agent.synthesis.chunker import PhraseChunker
 from agent.synthesis.guard import PhraseGuard
 from agent.synthesis.piper_tts import PiperTTS, PiperVoiceModel
 from agent.timing import cpu
+from agent.tools.knowledge import Knowledge
+from agent.tools.runner import check_implementations
 
 
 @dataclass
@@ -48,9 +50,12 @@ class AgentModels:
     decoder: WhisperDecoder
     voice: PiperVoiceModel
     turn: TurnModels
+    knowledge: Knowledge | None = None  # the documents' index (tools.knowledge_dir)
 
     @classmethod
     def load(cls, settings: Settings) -> AgentModels:
+        folder = settings.tools.knowledge_dir
+        knowledge = Knowledge(folder) if folder is not None else None  # a bad folder: first
         # each model's runtime starts its threads at load: a CPU profile counts them as its
         with cpu.owning("whisper"):
             decoder = WhisperDecoder.from_settings(settings.asr, settings.models_dir)
@@ -58,7 +63,7 @@ class AgentModels:
             voice = PiperVoiceModel.from_settings(settings.tts, settings.models_dir)
         with cpu.owning("smart_turn"):
             turn = TurnModels.load()
-        models = cls(decoder=decoder, voice=voice, turn=turn)
+        models = cls(decoder=decoder, voice=voice, turn=turn, knowledge=knowledge)
         models.warm_up(settings.sample_rate)
         return models
 
@@ -83,29 +88,34 @@ def llm_engine(settings: Settings) -> Iterator[ChatEngine]:
     wrapped in the failover policy (agent.llm.engines.failover).
     """
     s = settings.llm
+    check_implementations(settings.tools.functions)
+    tools = settings.tools.schemas
     if s.engine == "openai":
         if not s.base_url:
             raise UserError("llm.engine is 'openai' but no llm.base_url is set: pass --llm-url")
-        engine = OpenAIChatEngine(s.base_url, s.model, s, server=s.base_url_server)
+        engine = OpenAIChatEngine(s.base_url, s.model, s, server=s.base_url_server, tools=tools)
         yield failover_engine(engine, s)
         return
     if s.engine == "vllm":  # vLLM's OpenAI server from .venv-vllm, on loopback
         with VllmServer(s, settings.models_dir) as vllm:
             engine = OpenAIChatEngine(
-                vllm.base_url, vllm.served_name, s, api_key=vllm.api_key, server="vllm"
-            )
+                vllm.base_url, vllm.served_name, s, api_key=vllm.api_key, server="vllm",
+                tools=tools,
+            )  # fmt: skip
             yield failover_engine(engine, s)
         return
     gguf = model_store.resolve(s.model, "llm", settings.models_dir)
     if s.engine == "llama-inprocess":
+        # prefilled at load with the opening the calls will send (today's date in it)
         with cpu.owning("llama"):
-            engine = InProcessLlama(gguf, s)
+            engine = InProcessLlama(gguf, dated(s, settings.tools.today), tools)
         yield failover_engine(engine, s)
         return
     with LlamaServer(gguf, s) as server:  # restarted by the failover policy if it dies
         engine = OpenAIChatEngine(
-            server.base_url, gguf.stem, s, api_key=server.api_key, server="llama-server"
-        )
+            server.base_url, gguf.stem, s, api_key=server.api_key, server="llama-server",
+            tools=tools,
+        )  # fmt: skip
         yield failover_engine(engine, s, server=server)
 
 
@@ -128,7 +138,14 @@ def build_pipeline(
             TurnDetector(settings.turn, models.turn, clock, rate=rate, words_judged=True),
             StreamingWhisperSTT(models.decoder, settings.asr, clock, rate=rate),
             UserTurnAggregator(context),
-            StreamingLLM(engine, settings.llm, clock, greet=greeting),
+            StreamingLLM(
+                engine,
+                settings.llm,
+                clock,
+                greet=greeting,
+                tools=settings.tools,
+                knowledge=models.knowledge,
+            ),  # fmt: skip
             PhraseChunker(
                 first_min_words=settings.tts.first_phrase_min_words,
                 min_words=settings.tts.phrase_min_words,

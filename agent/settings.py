@@ -628,6 +628,92 @@ def nest_legacy(flat: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+FILLER_LINES = ("Let me check that for you.", "One moment while I look that up.")
+TOOL_ERROR = "The {name} system could not be reached; tell the caller you could not do it now."
+
+
+class ToolSpec(BaseModel):
+    """One tool the model may call: what it is told, and what runs it."""
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="the function name")
+    description: str = Field(min_length=1, description="what the tool does, for the model")
+    parameters: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}},
+        description="JSON schema of the arguments (an object); it also constrains decoding",
+    )
+    python: str | None = Field(
+        None, description="'module:function' called with the arguments (sync or async)"
+    )
+    url: str | None = Field(None, description="HTTP endpoint the arguments are POSTed to as JSON")
+    auth_header: str = Field("Authorization", description="the header auth_env's value goes in")
+    auth_env: str | None = Field(
+        None, description="environment variable holding the auth header's value (a secret)"
+    )
+    timeout_secs: float = Field(5.0, gt=0, description="a tool that takes longer failed")
+    side_effect: bool = Field(
+        False,
+        description="it changes something (a booking): run once per call for the same "
+        "arguments, whatever turn asks, and never on a turn not yet confirmed",
+    )
+    error_message: str = Field(
+        TOOL_ERROR, description="what the model is told when the tool fails ({name})"
+    )
+
+    @model_validator(mode="after")
+    def _one_implementation(self) -> ToolSpec:
+        if (self.python is None) == (self.url is None):
+            raise ValueError(f"tool {self.name}: give exactly one of python or url")
+        if self.parameters.get("type") != "object":
+            raise ValueError(f"tool {self.name}: parameters must be a JSON schema of an object")
+        return self
+
+
+class ToolsSettings(BaseModel):
+    """Tools the model calls inside a turn, and the documents it may read."""
+
+    functions: list[ToolSpec] = Field(default_factory=list, description="the declared tools")
+    filler_after_ms: int | None = Field(
+        700,
+        ge=0,
+        description="a tool that has not answered this long gets a filler line said to the "
+        "caller while it works; null: none",
+    )
+    filler_lines: list[str] = Field(
+        list(FILLER_LINES), min_length=1, description="the filler, in turn"
+    )
+    max_rounds: int = Field(
+        2, ge=1, description="model -> tools -> model rounds in one turn before it must answer"
+    )
+    today: str | None = Field(
+        None,
+        pattern=r"^\d{4}-\d{2}-\d{2}$",
+        description="the date {today} in the system prompt stands for (YYYY-MM-DD); null: "
+        "the call's own date",
+    )
+    knowledge_dir: Path | None = Field(
+        None,
+        description="folder of .md/.txt documents indexed at start (SQLite FTS5); the best "
+        "passages for the caller's words go into the prompt",
+    )
+    knowledge_passages: int = Field(2, ge=1, description="passages put in the prompt per turn")
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> ToolsSettings:
+        names = [f.name for f in self.functions]
+        if len(names) != len(set(names)):
+            raise ValueError("two tools have the same name")
+        return self
+
+    @property
+    def schemas(self) -> list[dict[str, Any]]:
+        """The tools in the OpenAI ``tools`` format (what chat templates take too)."""
+        return [
+            {"type": "function", "function": {"name": f.name, "description": f.description,
+                                              "parameters": f.parameters}}
+            for f in self.functions
+        ]  # fmt: skip
+
+
 class Settings(BaseSettings):
     """Effective settings of one agent process."""
 
@@ -657,6 +743,7 @@ class Settings(BaseSettings):
     turn: TurnSettings = TurnSettings()
     llm: LLMSettings = LLMSettings()
     tts: TTSSettings = TTSSettings()
+    tools: ToolsSettings = ToolsSettings()
     report_every_turns: int = Field(
         5,
         ge=0,

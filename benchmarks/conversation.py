@@ -16,6 +16,12 @@ settings as they are; ``system_prompt=@FILE`` reads the text from a file; a list
 ``examples=[]``). ``--baseline``
 adds a run of the stage as it was before the answer editor (old system prompt, temperature
 0.2, no penalty, no sentence stop, no history filter) for comparison, in-process only.
+``--set FILE --config AGENT.yaml`` runs another set with an agent of your own (its llm
+and tools settings, its documents): a tool set's turns say which calls they need
+(``calls: [{tool, args}]``) or that none belongs (``no_call: true``), and the run reports
+right tool with right arguments, wrong or missing calls, calls where none belonged, and
+answers that state what no tool, document or caller gave (the set's ``today:`` fixes the
+date, its ``env:`` is set per conversation, "{tmp}" a fresh folder: a clean database).
 ``--corpus MANIFEST ...`` runs corpus reference transcripts instead, each manifest as one
 call with no checks: speech the set was not written for (mostly statements, not
 questions), judged for repeats, loops, echoes and fallback lines. Engine ``openai`` needs
@@ -27,6 +33,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -36,15 +44,18 @@ from typing import Any
 from agent import model_store
 from agent.llm.engines.chat import ChatEngine, Sampling, Usage
 from agent.pipeline import llm_engine
-from agent.settings import LLMSettings, Settings
+from agent.settings import LLMSettings, Settings, load_settings
+from agent.tools.knowledge import Knowledge
 from benchmarks.conversation_set import (
     CONVERSATIONS,
     Conversation,
+    ToolSet,
     Turn,
     TurnResult,
     as_dicts,
     judged,
     load_conversations,
+    load_tool_set,
     summarise,
     talk,
 )
@@ -131,6 +142,14 @@ async def baseline_talk(
 
 def print_row(label: str, summary: dict[str, Any]) -> None:
     tokens = summary["first_phrase_tokens"]
+    if "tool_turns" in summary:
+        print(
+            f"{label:<52} tools: right {summary['right_calls']}/{summary['tool_turns']}  "
+            f"wrong {summary['wrong_calls']}  missing {summary['missing_calls']}  "
+            f"spurious {summary['spurious_calls']}/{summary['no_call_turns']}  "
+            f"unsupported answers {summary['unsupported_answers']}",
+            flush=True,
+        )
     print(
         f"{label:<52} checks {summary['checks_met']}/{summary['turns']}  "
         f"repeats {summary['repeated_answers']}  loops {summary['loops']}  "
@@ -151,8 +170,30 @@ def corpus_call(manifest: Path) -> Conversation:
     return Conversation(name=manifest.parent.name, turns=[Turn(user=r["text"]) for r in rows])
 
 
+@contextmanager
+def conversation_env(tool_set: ToolSet) -> Iterator[None]:
+    """The tool set's environment for one conversation ("{tmp}": a fresh folder)."""
+    with tempfile.TemporaryDirectory(prefix="conversation-") as tmp:
+        saved = {k: os.environ.get(k) for k in tool_set.env}
+        os.environ.update({k: v.replace("{tmp}", tmp) for k, v in tool_set.env.items()})
+        try:
+            yield
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    settings = Settings()
+    settings = load_settings(args.config)
+    tool_set = load_tool_set(args.set) if not args.corpus else ToolSet()
+    tools = settings.tools
+    if tool_set.today:
+        tools = tools.model_copy(update={"today": tool_set.today})
+    knowledge = Knowledge(tools.knowledge_dir) if tools.knowledge_dir else None
+    args.models = args.models or ([settings.llm.model] if args.config else all_llms())
     conversations = [corpus_call(m) for m in args.corpus] or load_conversations(args.set)
     if args.conversations:
         conversations = [c for c in conversations if c.name in args.conversations]
@@ -171,8 +212,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     for conversation in conversations:
                         if old:
                             results += await baseline_talk(conversation, engine, s)
-                        else:
-                            results += await talk(conversation, engine, s)
+                            continue
+                        with conversation_env(tool_set):
+                            results += await talk(conversation, engine, s, tools, knowledge)
                     summary = summarise(results)
                     label = f"{model} / {kind} / {name}"
                     print_row(label, summary)
@@ -192,11 +234,15 @@ def save(args: argparse.Namespace, conversations: list[Conversation], runs: list
     return result
 
 
+def all_llms() -> list[str]:
+    return [k for k, spec in model_store.MODELS.items() if spec.role == "llm"]
+
+
 def main() -> None:
-    llms = [k for k, spec in model_store.MODELS.items() if spec.role == "llm"]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="JSON results file")
-    parser.add_argument("--models", nargs="+", default=llms)
+    parser.add_argument("--models", nargs="+", help="default: the config's model, or all")
+    parser.add_argument("--config", type=Path, help="an agent's YAML (llm, tools, documents)")
     parser.add_argument("--engines", nargs="+", default=["llama-inprocess"],
                         choices=["llama-inprocess", "llama-server", "openai", "vllm"])  # fmt: skip
     parser.add_argument("--variant", action="append", default=[])

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import re
 import statistics
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,8 +38,9 @@ from agent.llm.context import SpokenTextAggregator, UserTurnAggregator
 from agent.llm.engines.chat import ChatEngine, Usage
 from agent.llm.service import StreamingLLM
 from agent.pipeline import run_pipeline
-from agent.settings import LLMSettings
+from agent.settings import LLMSettings, ToolsSettings
 from agent.synthesis.chunker import PhraseChunker
+from agent.tools.knowledge import Knowledge
 
 CONVERSATIONS = Path(__file__).resolve().parents[1] / "tests" / "data" / "conversations.yaml"
 ANSWER_TIMEOUT_SECS = 60.0
@@ -55,12 +56,23 @@ class Turn:
     must: list[list[str]] = field(default_factory=list)
     must_not: list[str] = field(default_factory=list)
     hear_again: bool = False  # asks to hear the last answer again: a repeat is the answer
+    calls: list[dict[str, Any]] = field(default_factory=list)  # {tool, args}: must be called
+    no_call: bool = False  # no tool may be called
 
 
 @dataclass
 class Conversation:
     name: str
     turns: list[Turn]
+
+
+@dataclass
+class ToolSet:
+    """What a tool set's file adds: the date "today" is, and environment variables set
+    for each conversation ("{tmp}" in a value: a fresh folder, e.g. for its database)."""
+
+    today: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
 
 
 def load_conversations(path: Path = CONVERSATIONS) -> list[Conversation]:
@@ -74,12 +86,72 @@ def load_conversations(path: Path = CONVERSATIONS) -> list[Conversation]:
                     must=[[str(a) for a in group] for group in t.get("must") or []],
                     must_not=[str(x) for x in t.get("must_not") or []],
                     hear_again=bool(t.get("hear_again")),
+                    calls=list(t.get("calls") or []),
+                    no_call=bool(t.get("no_call")),
                 )
                 for t in c["turns"]
             ],
         )
         for c in data["conversations"]
     ]
+
+
+def load_tool_set(path: Path) -> ToolSet:
+    data = yaml.safe_load(path.read_text())
+    today = data.get("today")
+    return ToolSet(today=str(today) if today else None, env=dict(data.get("env") or {}))
+
+
+def call_verdict(turn: Turn, called: list[dict[str, Any]]) -> str | None:
+    """How the turn's calls compare with what it asks for: "right" (every expected tool
+    called with the listed arguments; others may be present), "wrong" (a call, not the one
+    expected), "missing" (none), "spurious" (a call where none belonged), "none" (rightly
+    none); None when the turn says nothing about tools."""
+    if turn.no_call:
+        return "spurious" if called else "none"
+    if not turn.calls:
+        return None
+    if not called:
+        return "missing"
+
+    def matches(want: dict[str, Any], got: dict[str, Any]) -> bool:
+        args = got["args"]
+        return got["tool"] == want["tool"] and all(
+            normalise(str(args.get(k, ""))) == normalise(str(v))
+            for k, v in (want.get("args") or {}).items()
+        )
+
+    ok = all(any(matches(w, g) for g in called) for w in turn.calls)
+    return "right" if ok else "wrong"
+
+
+# What an answer states as a fact: booking references, times, dates and other numbers, and
+# that something was booked or cancelled.
+REFERENCE = re.compile(r"\b[A-Z]{1,3}-?\d{2,}\b")
+CLAIMS = re.compile(r"\b(booked|reserved|confirmed|cancell?ed)\b", re.IGNORECASE)
+
+
+def unsupported(answer: str, sources: list[str], results: list[str]) -> list[str]:
+    """What ``answer`` states that neither a tool's result, the documents nor the caller
+    gave (``sources``: all of that as text; ``results``: the tools' results this turn):
+    a reference or number found nowhere, or a booking or cancellation no tool made."""
+    known = " ".join(sources)
+    digits = set(re.findall(r"\d+", re.sub(r"(?<=\d)[ :.-](?=\d)", "", known)))
+    digits |= set(re.findall(r"\d+", known))
+    digits |= {str(int(h) % 12 or 12) for h in re.findall(r"\b(\d{1,2}):\d\d\b", known)}
+    found = [r for r in REFERENCE.findall(answer) if r.replace("-", "") not in known]
+    for number in re.findall(r"\d+", re.sub(r"(?<=\d)[ ](?=\d)", "", answer)):
+        if number not in digits and f"{number}" not in found:
+            found.append(number)
+    done = " ".join(results)
+    for claim in CLAIMS.findall(answer):
+        word = claim.lower()
+        if word in ("cancelled", "canceled"):
+            if '"cancelled": true' not in done:
+                found.append(word)
+        elif '"booked": true' not in done:
+            found.append(word)
+    return found
 
 
 def _says(answer: str, phrase: str) -> bool:
@@ -121,6 +193,9 @@ class TurnResult:
     completion_tokens: int | None
     itl_ms: float | None
     error: str | None
+    called: list[dict[str, Any]] = field(default_factory=list)  # {tool, args} as called
+    call_verdict: str | None = None  # see call_verdict()
+    unsupported: list[str] = field(default_factory=list)  # stated, given by nothing
 
     @property
     def passed(self) -> bool:
@@ -135,6 +210,8 @@ def judged(
     earlier: list[str],
     bot_name: str,
     fallback_lines: list[str],
+    called: list[dict[str, Any]] | None = None,
+    unsupported_claims: list[str] | None = None,
     **timing: Any,
 ) -> TurnResult:
     """One answer judged: its checks, and whether it repeats an earlier answer (unasked),
@@ -149,6 +226,8 @@ def judged(
         echo=is_echo(answer, turn.user), sentences=len(sentences(answer)),
         fallback=normalise(answer) in {normalise(line) for line in fallback_lines},
         words=len(normalise(answer).split()), **(fields | timing),
+        called=called or [], call_verdict=call_verdict(turn, called or []),
+        unsupported=unsupported_claims or [],
     )  # fmt: skip
 
 
@@ -182,10 +261,13 @@ class _Caller(FrameProcessor):
 class _Listener(FrameProcessor):
     """Stands where synthesis and the output are: every phrase counts as spoken at once."""
 
-    def __init__(self, clock: CallClock, answered: asyncio.Event) -> None:
+    def __init__(
+        self, clock: CallClock, answered: asyncio.Event, tool_results: Callable[[], list]
+    ) -> None:
         super().__init__()
         self._clock = clock
         self._answered = answered
+        self.tool_results = tool_results  # the call's tool results so far
         self.answers: list[dict[str, Any]] = []
         self._current: dict[str, Any] = {}
 
@@ -205,6 +287,7 @@ class _Listener(FrameProcessor):
             self._current["usage"] = frame
         await self.push_frame(frame, direction)
         if isinstance(frame, LLMFullResponseEndFrame) and self._current.get("request"):
+            self._current["tools_done"] = len(self.tool_results())
             self.answers.append(self._current)
             self._current = {}
             self._answered.set()
@@ -235,8 +318,10 @@ class _CountedLLM(StreamingLLM):
     """Each frame it sends carries how many tokens the engine had streamed then: a token's
     text goes out before the next token is asked for."""
 
-    def __init__(self, engine: _Counted, settings: LLMSettings, clock: CallClock) -> None:
-        super().__init__(engine, settings, clock)  # type: ignore[arg-type]
+    def __init__(
+        self, engine: _Counted, settings: LLMSettings, clock: CallClock, **options: Any
+    ) -> None:
+        super().__init__(engine, settings, clock, **options)  # type: ignore[arg-type]
         self._counted = engine
 
     async def push_frame(
@@ -263,18 +348,27 @@ class _CountedChunker(PhraseChunker):
 
 
 async def talk(
-    conversation: Conversation, engine: ChatEngine, settings: LLMSettings
+    conversation: Conversation,
+    engine: ChatEngine,
+    settings: LLMSettings,
+    tools: ToolsSettings | None = None,
+    knowledge: Knowledge | None = None,
 ) -> list[TurnResult]:
-    """One scripted call through the LLM stage; one result per caller turn."""
+    """One scripted call through the LLM stage; one result per caller turn. ``tools``: what
+    the model may call (the engine offers the same); ``knowledge``: the agent's documents."""
     clock = CallClock()
     context = LLMContext()
     answered = asyncio.Event()
-    listener = _Listener(clock, answered)
+    stage = _CountedLLM(
+        _Counted(engine), settings.model_copy(update={"keepalive_secs": 0}), clock,
+        tools=tools, knowledge=knowledge,
+    )  # fmt: skip
+    listener = _Listener(clock, answered, lambda: stage.tool_runner.results)
     pipeline = Pipeline(
         [
             _Caller([t.user for t in conversation.turns], answered),
             UserTurnAggregator(context),
-            _CountedLLM(_Counted(engine), settings.model_copy(update={"keepalive_secs": 0}), clock),
+            stage,
             _CountedChunker(first_min_words=2, min_words=6),
             listener,
             SpokenTextAggregator(context),
@@ -284,10 +378,19 @@ async def talk(
     results: list[TurnResult] = []
     unanswered = {"phrases": [], "error": "no answer"}
     answers = listener.answers + [unanswered] * (len(conversation.turns) - len(listener.answers))
+    done = stage.tool_runner.results
+    sources = list(knowledge.texts) if knowledge else []
+    before = 0
     for i, (turn, got) in enumerate(zip(conversation.turns, answers, strict=True), 1):
         answer = " ".join(got["phrases"])
         usage: LLMUsageFrame | None = got.get("usage")
         earlier = [r.answer for r in results]
+        after = got.get("tools_done", before)
+        now = done[before:after]
+        before = after
+        sources += [turn.user, *(r.content for r in now)]
+        claims = unsupported(answer, sources, [r.content for r in now])
+        called = [{"tool": r.call.name, "args": r.call.arguments} for r in now]
 
         def since_request(key: str, got: dict = got) -> float | None:
             return round(got[key] - got["request"], 1) if key in got else None
@@ -303,6 +406,7 @@ async def talk(
                 completion_tokens=usage.completion_tokens if usage else None,
                 itl_ms=usage.itl_ms if usage else None,
                 error=usage.error if usage else got.get("error"),
+                called=called, unsupported_claims=claims,
             )
         )  # fmt: skip
     return results
@@ -321,7 +425,19 @@ def summarise(results: list[TurnResult]) -> dict[str, Any]:
     phrase = [r.first_phrase_ms for r in results if r.first_phrase_ms is not None]
     phrase_tokens = [r.first_phrase_tokens for r in results if r.first_phrase_tokens is not None]
     itl = [r.itl_ms for r in results if r.itl_ms]
-    return {
+    verdicts = [r.call_verdict for r in results]
+    tools: dict[str, Any] = {}
+    if any(v is not None for v in verdicts):
+        tools = {
+            "tool_turns": sum(v in ("right", "wrong", "missing") for v in verdicts),
+            "right_calls": verdicts.count("right"),
+            "wrong_calls": verdicts.count("wrong"),
+            "missing_calls": verdicts.count("missing"),
+            "no_call_turns": sum(v in ("none", "spurious") for v in verdicts),
+            "spurious_calls": verdicts.count("spurious"),
+            "unsupported_answers": sum(bool(r.unsupported) for r in results),
+        }
+    return tools | {
         "turns": len(results),
         "checks_met": sum(r.passed for r in results),
         "checks_met_share": round(sum(r.passed for r in results) / len(results), 3),

@@ -21,6 +21,7 @@ LAYERS: tuple[dict[str, tuple[str, ...]], ...] = (
     {"pipeline": ("agent.pipeline",)},
     {"transports": ("agent.transports",), "recognition": ("agent.recognition",),
      "llm": ("agent.llm",), "synthesis": ("agent.synthesis",), "reports": ("agent.reports",)},
+    {"tools": ("agent.tools",)},
     {"settings": ("agent.settings",)},
     {"timing": ("agent.timing",)},
     {"base": ("agent", "agent.audio", "agent.clock", "agent.csp", "agent.errors",

@@ -26,6 +26,8 @@ goes upstream (``EndOfMessageFrame``) for turn detection: the same prefill the a
 from __future__ import annotations
 
 import asyncio
+import datetime
+import json
 import statistics
 import time
 from dataclasses import replace
@@ -61,7 +63,9 @@ from agent.llm.answer import AnswerEditor, Verdict, is_question, repeats
 from agent.llm.engines.chat import ChatEngine, Sampling, Usage
 from agent.llm.prompt import prefix_after_trim, prompt_messages
 from agent.llm.say_again import answer_to_repeat
-from agent.settings import LLMSettings
+from agent.settings import LLMSettings, ToolsSettings
+from agent.tools.knowledge import Knowledge
+from agent.tools.runner import ToolCall, ToolResult, ToolRunner
 
 ENGINE_ERRORS = (openai.OpenAIError, TimeoutError, RuntimeError, ValueError, OSError)
 # A failover's error holds the first failure's own line and what was done about it.
@@ -71,18 +75,76 @@ ENGINE_ERROR_CHARS = ERROR_LINE_CHARS + 80
 # after the caller's words, as an instruction of its own (added to the caller's words, it
 # was read as the caller's and answered: "Here are some new words you can use: one.").
 RETRY_TEMPERATURE = 0.7
+# Passages found for the caller's words go after them, as an instruction of their own.
+KNOWLEDGE_NOTE = "From the documents (say only what they say; do not make anything up):\n"
+
+
+class AwaitsConfirmation(Exception):
+    """A speculative answer reached a call with a side effect: the turn must end first."""
+
+
+def today_text(today: str | None) -> str:
+    """The date ``{today}`` stands for: ``tools.today``, or the call's own date, with the
+    weekday ("2026-12-07, Monday"), so "tomorrow" and "on Friday" can be worked out."""
+    day = datetime.date.fromisoformat(today) if today else datetime.date.today()
+    return f"{day.isoformat()}, {day.strftime('%A')}"
+
+
+# After the tools' results: without it the small default model, told to answer in words,
+# wrote the result out as JSON, or called the tool again.
+RESULTS_NOTE = (
+    "Now tell the caller what the tool answered, in one short spoken sentence; say any "
+    "booking reference, date and time it gave."
+)
+
+
+def dated(settings: LLMSettings, today: str | None) -> LLMSettings:
+    """``settings`` with ``{today}`` in the system prompt given (``today_text``): what the
+    call's opening says, and what the engine prefills at load, so they are the same bytes."""
+    prompt = settings.system_prompt.replace("{today}", today_text(today))
+    return settings.model_copy(update={"system_prompt": prompt})
+
+
+def with_results(messages: list[dict], results: list[ToolResult]) -> list[dict]:
+    """The conversation after the model's calls: its call message, one result each, and
+    the note that asks for the answer."""
+    calls = [
+        {"id": r.call.id, "type": "function",
+         "function": {"name": r.call.name, "arguments": json.dumps(r.call.arguments)}}
+        for r in results
+    ]  # fmt: skip
+    answers = [
+        {"role": "tool", "tool_call_id": r.call.id, "name": r.call.name, "content": r.content}
+        for r in results
+    ]
+    note = {"role": "system", "content": RESULTS_NOTE}
+    return [*messages, {"role": "assistant", "content": None, "tool_calls": calls}, *answers, note]
 
 
 class StreamingLLM(FrameProcessor):
     """User turns in (LLMContextFrame), token stream out (LLMTextFrame)."""
 
     def __init__(
-        self, engine: ChatEngine, settings: LLMSettings, clock: CallClock, *, greet: bool = False
+        self,
+        engine: ChatEngine,
+        settings: LLMSettings,
+        clock: CallClock,
+        *,
+        greet: bool = False,
+        tools: ToolsSettings | None = None,
+        knowledge: Knowledge | None = None,
     ) -> None:
-        """``greet``: speak ``settings.greeting`` when the call starts."""
+        """``greet``: speak ``settings.greeting`` when the call starts; ``tools``: what the
+        model may call (the engine offers their schemas) and the filler; ``knowledge``: the
+        documents searched for each turn's words."""
         super().__init__()
         self._engine = engine
         self._settings = settings
+        self._tools_settings = tools or ToolsSettings()
+        self.tool_runner = ToolRunner(self._tools_settings.functions)  # read by benchmarks
+        self._knowledge = knowledge
+        self._opening = dated(settings, self._tools_settings.today).opening
+        self._awaits_confirmation = False  # the speculative answer stopped at a side effect
         self._sampling = Sampling.of(settings)
         self._greeting = settings.greeting.strip() if greet else ""
         self._clock = clock
@@ -113,6 +175,7 @@ class StreamingLLM(FrameProcessor):
         if isinstance(frame, SpeculativeTurnFrame):
             await self._drop_speculation()
             await self._cancel()
+            self._awaits_confirmation = False
             speculate = self._settings.speculate
             if speculate:
                 self._speculated, self._held = frame.messages, []
@@ -122,8 +185,10 @@ class StreamingLLM(FrameProcessor):
             messages = list(frame.context.get_messages())
             if self._speculated is not None and messages == self._speculated:
                 self._speculated = None
-                await self._release_held()
-                return
+                if not self._awaits_confirmation:
+                    await self._release_held()
+                    return
+                self._held = None  # confirmed: answered again, the side effect now allowed
             await self._drop_speculation()
             await self._cancel()
             self._task = self.create_task(self._answer(messages))
@@ -155,7 +220,7 @@ class StreamingLLM(FrameProcessor):
 
     def _prompt(self, history: list[dict]) -> list[dict]:
         s = self._settings
-        return prompt_messages(s.opening, history, s.history_turns, s.set_lines)
+        return prompt_messages(self._opening, history, s.history_turns, s.set_lines)
 
     async def _cancel(self) -> bool:
         """Stop the answer in progress, if any; True when there was one."""
@@ -210,7 +275,7 @@ class StreamingLLM(FrameProcessor):
 
         By default the prefix is the static opening (system prompt and examples).
         """
-        messages = messages or [*self._settings.opening, {"role": "user", "content": "Hello."}]
+        messages = messages or [*self._opening, {"role": "user", "content": "Hello."}]
         try:
             async for _ in self._engine.stream(messages, max_tokens=1):
                 pass
@@ -248,6 +313,8 @@ class StreamingLLM(FrameProcessor):
                 answer = await self._stream_answer(history, speculative)
                 if answer is not None:
                     await self._prefill_after_trim(history, answer)
+        except AwaitsConfirmation:
+            self._awaits_confirmation = True  # held as it is; the confirmed turn asks again
         finally:
             self._task = None
 
@@ -278,8 +345,11 @@ class StreamingLLM(FrameProcessor):
                 await self._emit(TimelineEventFrame(event="llm_first_token", at_ms=at_ms))
                 await self._emit(LLMTextFrame(text=again))
             else:
-                messages = self._prompt(history)
-                usage = await self._engine_answer(messages, editor, said, arrivals)
+                messages = await self._with_knowledge(self._prompt(history))
+                turn = sum(m.get("role") == "user" for m in history)  # the whole call's
+                usage = await self._engine_answer(
+                    messages, editor, said, arrivals, speculative, turn
+                )
         except ENGINE_ERRORS as exc:
             error = f"llm ({self._engine.name}): {error_line(exc, ENGINE_ERROR_CHARS)}"
             spoken = editor.text
@@ -301,21 +371,86 @@ class StreamingLLM(FrameProcessor):
         await self._emit(LLMFullResponseEndFrame())
         return None if error else again or editor.text
 
+    async def _with_knowledge(self, messages: list[dict]) -> list[dict]:
+        """The prompt with the passages found for the caller's words after them (after the
+        cached prefix and the words prefilled while the caller spoke)."""
+        if self._knowledge is None:
+            return messages
+        await self._emit(TimelineEventFrame(event="retrieval_start", at_ms=self._clock.now_ms()))
+        words = str(messages[-1].get("content") or "")
+        found = self._knowledge.search(words, self._tools_settings.knowledge_passages)
+        await self._emit(TimelineEventFrame(event="retrieval_end", at_ms=self._clock.now_ms()))
+        if not found:
+            return messages
+        return [*messages, {"role": "system", "content": KNOWLEDGE_NOTE + "\n".join(found)}]
+
+    async def _run_tools(
+        self, calls: list[ToolCall], turn: int, said: list[str], speculative: bool
+    ) -> list[ToolResult]:
+        """The calls' results; a filler line for the caller when they take longer than
+        ``tools.filler_after_ms``. A side effect waits for the turn to be confirmed."""
+        if speculative and any(self.tool_runner.side_effect(c) for c in calls):
+            raise AwaitsConfirmation
+        await self._emit(TimelineEventFrame(event="tool_call", at_ms=self._clock.now_ms()))
+        run = asyncio.ensure_future(self.tool_runner.run(calls, turn))
+        after_ms = self._tools_settings.filler_after_ms
+        try:
+            with self._clock.elsewhere():  # the tools' time passes as the call's
+                if after_ms is not None:
+                    timer = asyncio.ensure_future(self._clock.sleep(after_ms / 1000))
+                    await asyncio.wait({run, timer}, return_when=asyncio.FIRST_COMPLETED)
+                    timer.cancel()
+                    if not run.done():
+                        at_ms = self._clock.now_ms()
+                        await self._emit(TimelineEventFrame(event="filler", at_ms=at_ms))
+                        line = self._fallback(said, self._tools_settings.filler_lines)
+                        await self._emit(LLMTextFrame(text=line + " "))
+                results = await run
+        finally:
+            run.cancel()  # a barge-in: the runner keeps the tools going, not this wait
+        await self._emit(TimelineEventFrame(event="tool_result", at_ms=self._clock.now_ms()))
+        return results
+
     async def _engine_answer(
-        self, messages: list[dict], editor: AnswerEditor, said: list[str], arrivals: list[float]
+        self,
+        messages: list[dict],
+        editor: AnswerEditor,
+        said: list[str],
+        arrivals: list[float],
+        speculative: bool = False,
+        turn: int = 0,
     ) -> Usage:
-        """The engine's answer through the editor: asked once more with a note when it had
-        nothing new, the fallback line when the second try had nothing new either."""
-        verdict, usage = await self._stream_edited(messages, editor, arrivals)
+        """The engine's answer through the editor: after each round of tool calls, the
+        model's answer to their results (``tools.max_rounds`` rounds at most); asked once
+        more with a note when it had nothing new, the fallback line when the second try had
+        nothing new either. ``turn``: the caller's turn in the call (a lookup runs again in
+        another)."""
+        may_call = bool(self.tool_runner)
+        verdict, usage, calls = await self._stream_edited(
+            messages, editor, arrivals, None, may_call
+        )
+        rounds, made = 0, set()
+        while calls and may_call:
+            rounds += 1
+            results = await self._run_tools(calls, turn, said, speculative)
+            messages = with_results(messages, results)
+            # After the last round, or a round that only called again what this turn had
+            # called already (a small model's loop), the model answers in words.
+            repeated = {c.key() for c in calls} <= made
+            made |= {c.key() for c in calls}
+            may_call = rounds < self._tools_settings.max_rounds and not repeated
+            verdict, usage, calls = await self._stream_edited(
+                messages, editor, arrivals, None, may_call
+            )
         if verdict is Verdict.REGENERATE:
             note = self._settings.retry_note
             retry = [*messages, {"role": "system", "content": note}] if note else messages
             editor.restart(note)
             temperature = max(RETRY_TEMPERATURE, self._settings.temperature)
             sampling = replace(self._sampling, temperature=temperature)
-            verdict, usage = await self._stream_edited(retry, editor, arrivals, sampling)
+            verdict, usage, _ = await self._stream_edited(retry, editor, arrivals, sampling)
         if not editor.text.strip():  # nothing new to say
-            heard = str(messages[-1].get("content") or "")
+            heard = next(str(m.get("content") or "") for m in messages[::-1] if m["role"] == "user")
             lines = None if is_question(heard) else self._settings.acknowledgement_lines
             await self._emit(LLMTextFrame(text=self._fallback(said, lines)))
         return usage
@@ -337,18 +472,27 @@ class StreamingLLM(FrameProcessor):
         editor: AnswerEditor,
         arrivals: list[float],
         sampling: Sampling | None = None,
-    ) -> tuple[Verdict, Usage]:
+        may_call: bool = False,
+    ) -> tuple[Verdict, Usage, list[ToolCall]]:
         """One engine stream through the editor, until the editor ends it or the model does
-        (leaving the ``async for`` closes the stream: decoding stops there)."""
+        (leaving the ``async for`` closes the stream: decoding stops there); and the tools
+        the model called instead of answering."""
         s = self._settings
         usage = Usage()
+        calls: list[ToolCall] = []
         silent_secs = self._clock.limit(s.timeout_secs)  # a replay's answers wait out the CPU
         async with asyncio.timeout(silent_secs) as stall:
             async for item in self._engine.stream(
-                messages, max_tokens=s.max_tokens, sampling=sampling or self._sampling
-            ):
+                messages, max_tokens=s.max_tokens, sampling=sampling or self._sampling,
+                calls=may_call,
+            ):  # fmt: skip
+                if isinstance(item, Usage | ToolCall):  # the engine is at work: not stalled
+                    stall.reschedule(asyncio.get_running_loop().time() + silent_secs)
                 if isinstance(item, Usage):
                     usage = item
+                    continue
+                if isinstance(item, ToolCall):
+                    calls.append(item)
                     continue
                 if not arrivals:  # when it arrived, not when a held answer is released
                     at_ms = self._clock.now_ms()
@@ -359,11 +503,13 @@ class StreamingLLM(FrameProcessor):
                 if edit.text:
                     await self._emit(LLMTextFrame(text=edit.text))
                 if edit.verdict is not Verdict.GO:
-                    return edit.verdict, usage
+                    return edit.verdict, usage, calls
+        if calls:
+            return Verdict.GO, usage, calls
         edit = editor.finish()
         if edit.text:
             await self._emit(LLMTextFrame(text=edit.text))
-        return edit.verdict, usage
+        return edit.verdict, usage, calls
 
     async def _prefill_after_trim(self, history: list[dict], answer: str) -> None:
         """When the next turn will drop old history, prefill its new prefix now.
@@ -373,6 +519,6 @@ class StreamingLLM(FrameProcessor):
         next turn finds it cached. A new turn cancels this at once.
         """
         s = self._settings
-        upcoming = prefix_after_trim(s.opening, history, answer, s.history_turns, s.set_lines)
+        upcoming = prefix_after_trim(self._opening, history, answer, s.history_turns, s.set_lines)
         if upcoming is not None:
             await self._complete_quietly(upcoming)

@@ -32,6 +32,8 @@ STAGE_COLORS = {
     "first_phrase": "#ebcb8b",
     "tts_ttfb": "#a3be8c",
     "transport_out": "#b48ead",
+    "retrieval": "#8fbcbb",
+    "tool": "#bf616a",
 }
 BUDGET_RED = "#bf3b3b"
 MEASURE_BLUE = "#2e5f99"

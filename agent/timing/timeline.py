@@ -8,6 +8,11 @@ EVENTS = (
     "turn_end",
     "stt_final",
     "llm_request",
+    "retrieval_start",
+    "retrieval_end",
+    "tool_call",
+    "tool_result",
+    "filler",
     "llm_first_token",
     "first_phrase",
     "tts_first_audio",
@@ -25,13 +30,20 @@ STAGES: dict[str, tuple[str, str]] = {
     "tts_ttfb": ("first_phrase", "tts_first_audio"),
     "transport_out": ("tts_first_audio", "first_audio_out"),
     "voice_to_voice": ("speech_end", "first_audio_out"),
+    # Inside llm_ttft (not added to voice_to_voice): the knowledge search as the request
+    # begins, and the tools' run from the model's first call to the last result (the first
+    # token is then the filler's, or the answer's after the tools).
+    "retrieval": ("retrieval_start", "retrieval_end"),
+    "tool": ("tool_call", "tool_result"),
 }
 
 STAGE_NAMES = tuple(STAGES)
+# Stages that lie inside others: timed and budgeted, but no part of the sum.
+INNER_STAGES = ("retrieval", "tool")
 # The stages voice_to_voice is made of (with the gap), in timeline order.
-PART_STAGES = tuple(name for name in STAGE_NAMES if name != "voice_to_voice")
-# The order reports list stages in: the number the caller feels first, then its parts.
-REPORT_ORDER = ("voice_to_voice", *PART_STAGES)
+PART_STAGES = tuple(n for n in STAGE_NAMES if n != "voice_to_voice" and n not in INNER_STAGES)
+# The order reports list stages in: the number the caller feels first, its parts, the rest.
+REPORT_ORDER = ("voice_to_voice", *PART_STAGES, *INNER_STAGES)
 # The one orchestration gap: from the final transcript (or turn_end, if later) to the request.
 GAP = "stt_to_llm"
 

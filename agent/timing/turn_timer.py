@@ -53,7 +53,7 @@ WATCHED = (
     StageErrorFrame,
     TurnEndReasonFrame,
 )
-LAST_WINS = {"bot_audio_end"}
+LAST_WINS = {"bot_audio_end", "tool_result"}  # tool: from the first call to the last result
 
 
 @dataclass

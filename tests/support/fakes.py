@@ -25,6 +25,7 @@ from agent.timing.call_recorder import CallRecorder
 from agent.timing.record import LLMUsage, jsonl
 from agent.timing.summary import summarize
 from agent.timing.turn_timer import Turn
+from agent.tools.runner import ToolCall
 
 ANSWER = ("The", " capital", " of", " France", " is", " Paris.", " It", " is", " lovely.")
 
@@ -66,7 +67,12 @@ class ScriptedEngine:
         self.paused = False
 
     async def stream(
-        self, messages: list[dict[str, Any]], *, max_tokens: int, sampling: Sampling = GREEDY
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        max_tokens: int,
+        sampling: Sampling = GREEDY,
+        calls: bool = True,
     ) -> AsyncIterator[str | Usage]:
         if max_tokens > 1:
             self.requests.append(messages)
@@ -107,7 +113,12 @@ class ScriptedAnswers:
         self.taken: list[int] = []
 
     async def stream(
-        self, messages: list[dict[str, Any]], *, max_tokens: int, sampling: Sampling
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        max_tokens: int,
+        sampling: Sampling,
+        calls: bool = True,
     ) -> AsyncIterator[str | Usage]:
         self.requests.append({"messages": messages, "sampling": sampling})
         self.taken.append(0)
@@ -117,6 +128,50 @@ class ScriptedAnswers:
             self.taken[-1] += 1
             yield token
         yield Usage(10, 5, len(tokens))
+
+    async def prefill(self, messages: list[dict[str, Any]]) -> None:
+        pass
+
+    def pause_decoding(self, paused: bool) -> None:
+        pass
+
+    async def end_of_message(self, messages: list[dict[str, Any]]) -> float | None:
+        return None
+
+
+class ScriptedToolEngine:
+    """A chat engine that plays a script of replies, one per request: a list of tool calls
+    (what a model that calls tools yields instead of words) or an answer's text. It records
+    every request's messages, so a test sees the tool results the model was given."""
+
+    name = "scripted"
+    needs_keepalive = False
+
+    def __init__(self, *replies: list[ToolCall] | str, tools: list[dict] | None = None) -> None:
+        self.replies = list(replies)
+        self.tools = tools or []
+        self.requests: list[list[dict[str, Any]]] = []
+        self.calls_allowed: list[bool] = []  # per request: whether it could call tools
+
+    async def stream(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        max_tokens: int,
+        sampling: Sampling = GREEDY,
+        calls: bool = True,
+    ) -> AsyncIterator[str | Usage | ToolCall]:
+        if max_tokens > 1:  # not a warm-up
+            self.requests.append(messages)
+            self.calls_allowed.append(calls)
+            reply = self.replies.pop(0) if self.replies else "Okay."
+            if isinstance(reply, str):
+                for i, word in enumerate(reply.split(" ")):
+                    yield word if i == 0 else " " + word
+            else:
+                for call in reply:
+                    yield call
+        yield Usage(len(messages) * 10, 0, 1)
 
     async def prefill(self, messages: list[dict[str, Any]]) -> None:
         pass

@@ -114,7 +114,6 @@ async def test_an_answer_held_before_it_began_is_dropped_unheard_by_the_caller_s
     assert not np.any(bot_channel(recorder, tmp_path / "call.wav"))
 
 
-
 @pytest.fixture
 def no_time_to_write() -> Iterator[None]:
     """Pipecat's write timeout at 0 s: any write that has to wait at all times out."""

@@ -13,6 +13,7 @@ pause transcript that says what the last interim said is judged without evaluati
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import threading
 from collections.abc import AsyncIterator
@@ -26,6 +27,7 @@ import openai
 
 from agent.settings import LLMSettings
 from agent.timing import cpu
+from agent.tools.runner import ToolCall
 
 MAX_PAUSE_SECS = 0.5
 # What a message's words may end with when the caller is done: recognition punctuates every
@@ -33,6 +35,10 @@ MAX_PAUSE_SECS = 0.5
 # message) count as "it ends here".
 CLOSING_MARKS = frozenset({".", "?", "!", "...", "…", "?!", "!?", '."', '?"', '!"'})
 TRAILING_PUNCTUATION = re.compile(r"[\s.,;:!?…\"']+$")
+# Tool calls in process: at most this many in one answer, each at most this many tokens.
+MAX_CALLS = 3
+CALL_MAX_TOKENS = 160
+PREFILL_CHUNK = 64
 
 
 def unpunctuated(text: str) -> str:
@@ -82,10 +88,19 @@ class ChatEngine(Protocol):
 
     name: str
     needs_keepalive: bool  # an idle engine's pages may be swapped out: touch it now and then
+    tools: list[dict[str, Any]]  # the tools every request offers (OpenAI format); [] none
 
     def stream(
-        self, messages: list[dict[str, Any]], *, max_tokens: int, sampling: Sampling = GREEDY
-    ) -> AsyncIterator[str | Usage]: ...
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        max_tokens: int,
+        sampling: Sampling = GREEDY,
+        calls: bool = True,
+    ) -> AsyncIterator[str | Usage | ToolCall]:
+        """Content deltas, or the answer's tool calls (then no content), then a ``Usage``;
+        ``calls``: False, words only (the tools' results are in: time to answer)."""
+        ...
 
     async def prefill(self, messages: list[dict[str, Any]]) -> None:
         """Put the prompt up to the last message's words so far in the engine's cache."""
@@ -95,6 +110,51 @@ class ChatEngine(Protocol):
 
     async def end_of_message(self, messages: list[dict[str, Any]]) -> float | None:
         """P(the last message ends after its words so far); None: the engine cannot tell."""
+
+
+def call_schema(tools: list[dict[str, Any]]) -> dict[str, Any]:
+    """The JSON schema of one call of any of ``tools``: the grammar in-process decoding
+    follows, so a call names a declared tool and its arguments fit that tool's schema."""
+    return {
+        "anyOf": [
+            {
+                "type": "object",
+                "properties": {
+                    "name": {"const": t["function"]["name"]},
+                    "arguments": {"additionalProperties": False, **t["function"]["parameters"]},
+                },
+                "required": ["name", "arguments"],
+                "additionalProperties": False,
+            }
+            for t in tools
+        ]
+    }
+
+
+def parsed_arguments(text: str) -> dict[str, Any]:
+    """A server's call arguments (a JSON string); {} when they are not a JSON object (the
+    tool then says what it lacks)."""
+    try:
+        value = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def templated(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages as a chat template reads them: a call's arguments as an object, where the
+    OpenAI schema (and so the conversation) holds them as a JSON string."""
+    out = []
+    for m in messages:
+        if m.get("tool_calls"):
+            calls = [
+                {**c, "function": {**c["function"],
+                                   "arguments": parsed_arguments(c["function"]["arguments"])}}
+                for c in m["tool_calls"]
+            ]  # fmt: skip
+            m = {**m, "content": m.get("content") or "", "tool_calls": calls}
+        out.append(m)
+    return out
 
 
 class OpenAIChatEngine:
@@ -111,10 +171,14 @@ class OpenAIChatEngine:
         *,
         api_key: str | None = None,
         server: str | None = None,
+        tools: list[dict[str, Any]] | None = None,
     ) -> None:
         """``api_key``: the key of a server the agent started (default: ``llm.api_key``);
-        ``server``: "llama-server" or "vllm" when known, for the options only it has."""
+        ``server``: "llama-server" or "vllm" when known, for the options only it has;
+        ``tools``: offered with every request (the OpenAI ``tools`` API: llama-server needs
+        ``--jinja``, vLLM ``--enable-auto-tool-choice --tool-call-parser hermes``)."""
         self.model = model
+        self.tools = tools or []
         self._repeat_field = REPEAT_PENALTY_FIELD.get(server or "")
         key = api_key if api_key is not None else settings.api_key.get_secret_value()
         self._client = openai.AsyncOpenAI(
@@ -122,9 +186,17 @@ class OpenAIChatEngine:
         )  # fmt: skip
 
     async def stream(
-        self, messages: list[dict[str, Any]], *, max_tokens: int, sampling: Sampling = GREEDY
-    ) -> AsyncIterator[str | Usage]:
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        max_tokens: int,
+        sampling: Sampling = GREEDY,
+        calls: bool = True,
+    ) -> AsyncIterator[str | Usage | ToolCall]:
         extra = {self._repeat_field: sampling.repeat_penalty} if self._repeat_field else None
+        offered: dict[str, Any] = {"tools": self.tools} if self.tools else {}
+        if self.tools and not calls:
+            offered["tool_choice"] = "none"
         stream = await self._client.chat.completions.create(
             model=self.model,
             messages=messages,  # type: ignore[arg-type]
@@ -136,8 +208,10 @@ class OpenAIChatEngine:
             extra_body=extra,
             stream=True,
             stream_options={"include_usage": True},
+            **offered,
         )
         usage = Usage()
+        made: dict[int, dict[str, str]] = {}  # index -> id, name, arguments so far
         async with stream:
             async for chunk in stream:
                 if chunk.usage is not None:
@@ -147,8 +221,21 @@ class OpenAIChatEngine:
                         getattr(details, "cached_tokens", None),
                         chunk.usage.completion_tokens,
                     )
-                if chunk.choices and chunk.choices[0].delta.content:
-                    yield chunk.choices[0].delta.content
+                if not chunk.choices:
+                    continue
+                delta = chunk.choices[0].delta
+                for part in delta.tool_calls or []:
+                    call = made.setdefault(part.index, {"id": "", "name": "", "arguments": ""})
+                    call["id"] = part.id or call["id"]
+                    if part.function is not None:
+                        call["name"] += part.function.name or ""
+                        call["arguments"] += part.function.arguments or ""
+                if delta.content and not made:
+                    yield delta.content
+        for index, call in sorted(made.items()):
+            yield ToolCall(
+                call["name"], parsed_arguments(call["arguments"]), call["id"] or f"call_{index}"
+            )
         yield usage
 
     async def prefill(self, messages: list[dict[str, Any]]) -> None:
@@ -176,11 +263,15 @@ class InProcessLlama:
     # Weights are mlock'ed, and a keepalive request would evict the conversation's KV cache.
     needs_keepalive = False
 
-    def __init__(self, gguf: Path, settings: LLMSettings) -> None:
-        from llama_cpp import Llama
+    def __init__(
+        self, gguf: Path, settings: LLMSettings, tools: list[dict[str, Any]] | None = None
+    ) -> None:
+        """``tools``: offered in every prompt, in the model's own chat-template format."""
+        from llama_cpp import Llama, LlamaGrammar
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
         self.model = gguf.stem
+        self.tools = tools or []
         self.llm = Llama(
             model_path=str(gguf),
             n_ctx=settings.context_size,
@@ -202,6 +293,15 @@ class InProcessLlama:
         self._decoding.set()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
         self._closing = self._closing_tokens()
+        self._call_grammar = (
+            LlamaGrammar.from_json_schema(json.dumps(call_schema(self.tools)), verbose=False)
+            if self.tools
+            else None
+        )
+        # Qwen2.5's (and Hermes') format: <tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>
+        self._call_head = self.llm.tokenize(b"<tool_call>\n", add_bos=False, special=True)
+        self._call_tail = self.llm.tokenize(b"\n</tool_call>\n", add_bos=False, special=True)
+        self._call_starts, self._call_marks = self._calling_tokens()
         self._judged: tuple[list[int], float] | None = None  # the last words judged, verdict
         # Load the weights into memory and prefill the static opening before any call, on
         # the generation thread: llama.cpp's OpenMP keeps a thread team per calling thread,
@@ -214,7 +314,7 @@ class InProcessLlama:
     def _tokens(self, messages: list[dict[str, Any]], *, open_end: bool = False) -> list[int]:
         """The prompt's tokens; ``open_end``: cut right after the last message's text, so it
         is the prefix the full prompt will have when that message is finished."""
-        formatted = self._format(messages=messages)
+        formatted = self._format(messages=templated(messages), tools=self.tools or None)
         prompt = formatted.prompt
         if open_end:
             text = messages[-1]["content"]
@@ -236,6 +336,69 @@ class InProcessLlama:
             if piece in CLOSING_MARKS:
                 closing.add(token)
         return np.array(sorted(closing))
+
+    def _calling_tokens(self) -> tuple[np.ndarray, list[int]]:
+        """The tokens an answer that calls a tool opens with (the template's call tag, or a
+        JSON object straight away: Qwen2.5-Coder-0.5B leaves the tag out), and every token
+        with a mark of a call in it (braces, angle brackets), barred from spoken words: told
+        to answer, the small model wrote the call out as text ('>{"name": ...')."""
+        if not self.tools:
+            return np.array([], dtype=int), []
+        starts, marks = {self._call_head[0]}, {self._call_head[0]}
+        for token in range(self.llm.n_vocab()):
+            piece = self.llm.detokenize([token]).decode("utf-8", errors="ignore")
+            if piece.startswith("{"):
+                starts.add(token)
+            if any(mark in piece for mark in "{}<>"):
+                marks.add(token)
+        return np.array(sorted(starts)), sorted(marks)
+
+    def _next_token(self, tokens: list[int], emit: Any = None) -> int:
+        """The most likely token after ``tokens``, evaluating only what is not cached;
+        ``emit``: told a ``Usage`` after each ``PREFILL_CHUNK`` tokens evaluated, so the
+        stage sees a long prefill (the tools' schemas, on a busy machine) at work."""
+        self.llm.n_tokens = min(self._cached(tokens), len(tokens) - 1)
+        cached = self.llm.n_tokens
+        while self.llm.n_tokens < len(tokens):
+            self.llm.eval(tokens[self.llm.n_tokens : self.llm.n_tokens + PREFILL_CHUNK])
+            if emit is not None:
+                emit(Usage(len(tokens), cached))
+        logits = np.ctypeslib.as_array(self.llm._ctx.get_logits(), shape=(self.llm.n_vocab(),))
+        return int(logits.argmax())
+
+    def _tool_calls(
+        self, tokens: list[int], emit: Any, stop: threading.Event
+    ) -> tuple[list[ToolCall], int]:
+        """The calls the model makes after ``tokens``, each decoded under a grammar that
+        allows only a declared tool's name and arguments that fit its schema; and how many
+        tokens they took. After each call, another follows when the model opens one. Each
+        token emits a ``Usage`` so far: the stage's stall timer sees the engine at work
+        while a call, said as a whole, is decoded."""
+        calls: list[ToolCall] = []
+        produced = 0
+        prefix = tokens
+        while len(calls) < MAX_CALLS and not stop.is_set():
+            head = prefix + self._call_head
+            self.llm.n_tokens = min(self._cached(head), len(head) - 1)
+            text = ""
+            for chunk in self.llm.create_completion(
+                head, max_tokens=CALL_MAX_TOKENS, temperature=0.0, grammar=self._call_grammar,
+                stream=True,
+            ):  # fmt: skip
+                if stop.is_set():
+                    return calls, produced
+                text += chunk["choices"][0]["text"]
+                produced += 1
+                emit(Usage(len(tokens), None, produced))
+            try:
+                call = json.loads(text)
+            except ValueError:
+                break  # cut at the token limit: no call rather than half of one
+            calls.append(ToolCall(call["name"], call["arguments"], f"call_{len(calls)}"))
+            prefix = head + self.llm.tokenize(text.encode(), add_bos=False) + self._call_tail
+            if self._next_token(prefix) != self._call_head[0]:
+                break
+        return calls, produced
 
     def _cached(self, tokens: list[int]) -> int:
         """How many leading tokens of ``tokens`` the KV cache already holds."""
@@ -306,23 +469,36 @@ class InProcessLlama:
 
     def _generate(
         self, messages: list[dict[str, Any]], max_tokens: int, sampling: Sampling,
-        emit: Any, stop: threading.Event,
+        emit: Any, stop: threading.Event, calls: bool = True,
     ) -> Usage:  # fmt: skip
         tokens = self._tokens(messages)
         cached = self._cached(tokens)
         emit(Usage(len(tokens), cached))  # known now: an answer cut short still reports it
         with cpu.job("llm_prefill", "llama") as work:  # until the first token, then decoding
-            return self._completion(tokens, cached, max_tokens, sampling, emit, stop, work)
+            return self._completion(
+                tokens, cached, max_tokens, sampling, emit, stop, work, calls
+            )
 
     def _completion(
         self, tokens: list[int], cached: int, max_tokens: int, sampling: Sampling,
-        emit: Any, stop: threading.Event, work: cpu.Job | None,
+        emit: Any, stop: threading.Event, work: cpu.Job | None, calls: bool,
     ) -> Usage:  # fmt: skip
         produced = 0
+        no_call: dict[int, float] | None = None
+        if self.tools and max_tokens > 1:
+            # The model's first token decides: a call (decoded under the grammar, held
+            # back whole) or words (streamed, with what opens a call barred from them).
+            if self._next_token(tokens, emit) in self._call_starts and calls:
+                made, produced = self._tool_calls(tokens, emit, stop)
+                for call in made:
+                    emit(call)
+                return Usage(len(tokens), cached, produced)
+            no_call = dict.fromkeys(self._call_marks, -float("inf"))
+            self.llm.n_tokens = len(tokens) - 1  # the last token again: its logits sample
         for chunk in self.llm.create_completion(
             tokens, max_tokens=max_tokens, temperature=sampling.temperature,
             seed=sampling.seed, repeat_penalty=sampling.repeat_penalty,
-            presence_penalty=sampling.presence_penalty,
+            presence_penalty=sampling.presence_penalty, logit_bias=no_call,
             frequency_penalty=sampling.frequency_penalty, stream=True, stop=self._stop,
         ):  # fmt: skip
             if stop.is_set():
@@ -337,17 +513,22 @@ class InProcessLlama:
         return Usage(len(tokens), cached, produced)
 
     async def stream(
-        self, messages: list[dict[str, Any]], *, max_tokens: int, sampling: Sampling = GREEDY
-    ) -> AsyncIterator[str | Usage]:
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        max_tokens: int,
+        sampling: Sampling = GREEDY,
+        calls: bool = True,
+    ) -> AsyncIterator[str | Usage | ToolCall]:
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[str | Usage | None] = asyncio.Queue()
+        queue: asyncio.Queue[str | Usage | ToolCall | None] = asyncio.Queue()
         stop = threading.Event()
 
-        def emit(item: str | Usage) -> None:
+        def emit(item: str | Usage | ToolCall) -> None:
             loop.call_soon_threadsafe(queue.put_nowait, item)
 
         job = loop.run_in_executor(
-            self._executor, self._generate, messages, max_tokens, sampling, emit, stop
+            self._executor, self._generate, messages, max_tokens, sampling, emit, stop, calls
         )
         job.add_done_callback(lambda _: queue.put_nowait(None))
         try:

@@ -29,6 +29,7 @@ from agent.errors import error_line
 from agent.llm.engines.chat import GREEDY, ChatEngine, OpenAIChatEngine, Sampling, Usage
 from agent.llm.servers.llama import LlamaServer
 from agent.settings import LLMSettings
+from agent.tools.runner import ToolCall
 
 RETRY_PRIMARY_SECS = 30.0
 
@@ -53,6 +54,7 @@ class FailoverEngine:
         self.fallback = fallback
         self.name = "llama-server" if server is not None else primary.name
         self.needs_keepalive = primary.needs_keepalive
+        self.tools = primary.tools
         self._retry_primary_secs = retry_primary_secs
         self._primary_down_until = 0.0
         # One thread restarts the server; the pending restart is a concurrent Future, so
@@ -113,12 +115,19 @@ class FailoverEngine:
     # -- ChatEngine -----------------------------------------------------------------------------
 
     async def stream(
-        self, messages: list[dict[str, Any]], *, max_tokens: int, sampling: Sampling = GREEDY
-    ) -> AsyncIterator[str | Usage]:
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        max_tokens: int,
+        sampling: Sampling = GREEDY,
+        calls: bool = True,
+    ) -> AsyncIterator[str | Usage | ToolCall]:
         engine, on_fallback = await self._pick()
         started = False
         try:
-            async for item in engine.stream(messages, max_tokens=max_tokens, sampling=sampling):
+            async for item in engine.stream(
+                messages, max_tokens=max_tokens, sampling=sampling, calls=calls
+            ):
                 started = started or isinstance(item, str)
                 yield item
             return
@@ -130,7 +139,9 @@ class FailoverEngine:
                 raise EngineFailure(f"{error_line(exc)}; {action}") from exc
         # Nothing was said yet: the fallback answers this very turn.
         assert self.fallback is not None
-        async for item in self.fallback.stream(messages, max_tokens=max_tokens, sampling=sampling):
+        async for item in self.fallback.stream(
+            messages, max_tokens=max_tokens, sampling=sampling, calls=calls
+        ):
             yield item
 
     async def prefill(self, messages: list[dict[str, Any]]) -> None:
@@ -155,5 +166,5 @@ def failover_engine(
     fallback = None
     if settings.fallback_url:
         model = settings.fallback_model or getattr(primary, "model", settings.model)
-        fallback = OpenAIChatEngine(settings.fallback_url, model, settings)
+        fallback = OpenAIChatEngine(settings.fallback_url, model, settings, tools=primary.tools)
     return FailoverEngine(primary, server=server, fallback=fallback)

@@ -91,6 +91,7 @@ class LlamaServer(LocalServer):
             "--threads", str(s.threads), "--threads-batch", str(s.threads),
             "--load-mode", "mmap+mlock",
             "--no-webui",
+            "--jinja",  # the model's own chat template: what the OpenAI tools API needs
         ]  # fmt: skip
 
     @property

@@ -62,8 +62,8 @@ from agent.recognition.whisper_decoder import RATE, WhisperDecoder
 from agent.settings import Settings
 from agent.timing.call_recorder import CallRecorder
 from agent.transports.replay import ReplayInput, ReplayTurn
+from tests.support.clips import CORPUS
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
 SETS = ("main", "pauses", "short", "phone", "backchannel", "dictation")
 OVER_THE_BOT = ("backchannel",)  # said while the bot talks
 # What the detector pushes downstream, noted with the time it passed.
@@ -119,7 +119,7 @@ class TalkingBot(FrameProcessor):
         await self.push_frame(frame, direction)
 
 
-def one_clip(clip: str, decoder: WhisperDecoder, engine: InProcessLlama) -> dict:
+def one_clip(corpus: Path, clip: str, decoder: WhisperDecoder, engine: InProcessLlama) -> dict:
     """One clip as one call at compute pace: its turn ends, the detector's frames, finals."""
     settings = Settings()
     llm_settings = settings.llm.model_copy(update={"keepalive_secs": 0})
@@ -127,7 +127,7 @@ def one_clip(clip: str, decoder: WhisperDecoder, engine: InProcessLlama) -> dict
     frames: list = []
     ends: list = []
     events: list[TranscriptEvent] = []
-    audio = load_audio(CORPUS / clip, RATE)
+    audio = load_audio(corpus / clip, RATE)
     over_the_bot = clip.split("/")[0] in OVER_THE_BOT
     if over_the_bot:
         silence = np.zeros(RATE // 2, np.int16)
@@ -155,11 +155,11 @@ def one_clip(clip: str, decoder: WhisperDecoder, engine: InProcessLlama) -> dict
     return {"ends": ends, "frames": frames, "finals": finals}
 
 
-def clips(sets: list[str]) -> list[str]:
-    return [f"{s}/{p.name}" for s in sets for p in sorted((CORPUS / s).glob("*.wav"))]
+def clips(corpus: Path, sets: list[str]) -> list[str]:
+    return [f"{s}/{p.name}" for s in sets for p in sorted((corpus / s).glob("*.wav"))]
 
 
-def run(sets: list[str], out: Path) -> None:
+def run(corpus: Path, sets: list[str], out: Path) -> None:
     settings = Settings()
     decoder = WhisperDecoder.from_settings(settings.asr, settings.models_dir)
     gguf = model_store.resolve(settings.llm.model, "llm", settings.models_dir)
@@ -169,8 +169,8 @@ def run(sets: list[str], out: Path) -> None:
     ).stdout.strip()
     result: dict = {"commit": commit, "clips": {}}
     out.parent.mkdir(parents=True, exist_ok=True)
-    for clip in clips(sets):
-        result["clips"][clip] = one_clip(clip, decoder, engine)
+    for clip in clips(corpus, sets):
+        result["clips"][clip] = one_clip(corpus, clip, decoder, engine)
         ends = result["clips"][clip]["ends"]
         print(clip, [(e["at_ms"], e["reason"], e["value"]) for e in ends], flush=True)
         out.write_text(json.dumps(result, indent=1))  # what has run so far survives a stop
@@ -200,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("runs/turns/turn_ends.json"))
     parser.add_argument("--sets", default=",".join(SETS), help="comma-separated corpus sets")
+    parser.add_argument("--corpus", type=Path, default=CORPUS, help="the corpus folder")
     parser.add_argument("--diff", nargs=2, type=Path, metavar=("BEFORE", "AFTER"))
     args = parser.parse_args(argv)
     if args.diff:
@@ -211,11 +212,12 @@ def main(argv: list[str] | None = None) -> int:
               f"({before['commit']} -> {after['commit']})")  # fmt: skip
         return 1 if lines else 0
     sets = [s for s in args.sets.split(",") if s]
-    unknown = [s for s in sets if not (CORPUS / s).is_dir()]
+    unknown = [s for s in sets if not (args.corpus / s).is_dir()]
     if unknown:
-        print(f"no corpus set {', '.join(unknown)} under {CORPUS}: pass --sets from {SETS}")
+        print(f"no corpus set {', '.join(unknown)} under {args.corpus}: pass --corpus DIR, or")
+        print(f"--sets from {', '.join(SETS)}")
         return 2
-    run(sets, args.out)
+    run(args.corpus, sets, args.out)
     return 0
 
 

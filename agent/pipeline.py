@@ -32,12 +32,12 @@ from agent.llm.servers.llama import LlamaServer
 from agent.llm.servers.vllm import VllmServer
 from agent.llm.service import StreamingLLM
 from agent.recognition.streaming_stt import StreamingWhisperSTT
-from agent.recognition.turn_detector import SMART_TURN_MAX_SECS, TurnDetector, TurnModels
 from agent.recognition.whisper_decoder import RATE, WhisperDecoder
 from agent.settings import Settings
 from agent.synthesis.chunker import PhraseChunker
 from agent.synthesis.guard import PhraseGuard
 from agent.synthesis.piper_tts import PiperTTS, PiperVoiceModel
+from agent.turns.detector import SMART_TURN_MAX_SECS, TurnDetector, TurnModels
 
 
 @dataclass

@@ -38,7 +38,11 @@ from pipecat.audio.vad.vad_analyzer import VADState
 from agent import model_store
 from agent.audio import load_audio
 from agent.llm.engines.chat import InProcessLlama
-from agent.recognition.turn_detector import (
+from agent.recognition.whisper_decoder import RATE, WhisperDecoder
+from agent.settings import Settings
+from agent.timing.budget import rounded_percentile
+from agent.transports.g711 import through_phone_line
+from agent.turns.detector import (
     REJUDGE_SECS,
     SMART_TURN_LEAD_SECS,
     SMART_TURN_MAX_SECS,
@@ -47,10 +51,6 @@ from agent.recognition.turn_detector import (
     TurnModels,
     ends_sentence,
 )
-from agent.recognition.whisper_decoder import RATE, WhisperDecoder
-from agent.settings import Settings
-from agent.timing.budget import rounded_percentile
-from agent.transports.g711 import through_phone_line
 from benchmarks.results import write_json
 from tests.support.clips import CORPUS
 
@@ -192,7 +192,7 @@ def words_only(stop_secs: float, at_least: float) -> Policy:
 
 
 def adaptive(policy: EndOfTurnPolicy) -> Policy:
-    """The shipped detector's rule (agent.recognition.turn_detector.EndOfTurnPolicy)."""
+    """The shipped detector's rule (agent.turns.detector.EndOfTurnPolicy)."""
 
     def decide(stop: Stop) -> float | None:
         for offset in (o for o in OFFSETS if o in stop.p):

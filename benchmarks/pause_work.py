@@ -27,10 +27,10 @@ from rich.table import Table
 
 from agent.audio import load_audio
 from agent.evaluation.manifest import load_manifest
-from agent.recognition.turn_detector import TurnModels
 from agent.recognition.whisper_decoder import RATE, WhisperDecoder
 from agent.settings import Settings
 from agent.timing.budget import rounded_percentile
+from agent.turns.detector import TurnModels
 from benchmarks.pool import cpu_model
 from benchmarks.results import write_json
 

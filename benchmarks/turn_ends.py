@@ -4,7 +4,7 @@ which should change nothing (a refactor) changes nothing.
 Each clip of the corpus sets is one call at compute pace through the real turn detector,
 streaming recognition and the conversation's LLM stage (the default model in process, which
 judges the words at each pause), as ``heard(words=True)`` in
-tests/recognition/test_end_of_turn.py runs them; the clips of ``backchannel/`` are said 0.5 s
+tests/turns/test_end_of_turn.py runs them; the clips of ``backchannel/`` are said 0.5 s
 into a bot's answer (a stand-in bot that talks from the first audio), as a caller's
 acknowledgement is, so the holds, the overlap's words and barge-ins are exercised too. Per
 clip it writes each turn end (compute-clock time, reason, value, the words it read), the
@@ -57,11 +57,11 @@ from agent.llm.engines.chat import InProcessLlama
 from agent.llm.service import StreamingLLM
 from agent.pipeline import run_pipeline
 from agent.recognition.streaming_stt import StreamingWhisperSTT
-from agent.recognition.turn_detector import TurnDetector, TurnModels
 from agent.recognition.whisper_decoder import RATE, WhisperDecoder
 from agent.settings import Settings
 from agent.timing.call_recorder import CallRecorder
 from agent.transports.replay import ReplayInput, ReplayTurn
+from agent.turns.detector import TurnDetector, TurnModels
 from tests.support.clips import CORPUS
 
 SETS = ("main", "pauses", "short", "phone", "backchannel", "dictation")

@@ -19,11 +19,11 @@ from agent.audio import load_audio
 from agent.clock import ComputeClock
 from agent.evaluation.transcribe import final_texts, transcribe_stream
 from agent.recognition.streaming_stt import CONTEXT_MAX_SECS, _PreviousTurn
-from agent.recognition.turn_detector import TurnDetector
 from agent.recognition.utterance import Utterance
 from agent.recognition.whisper_decoder import RATE, Context, WhisperDecoder, Word
 from agent.transports.g711 import through_phone_line
 from agent.transports.replay import ReplayTurn
+from agent.turns.detector import TurnDetector
 from tests.support.clips import CORPUS
 from tests.support.fakes import HeardOut
 from tests.support.transcripts import normalise, wer

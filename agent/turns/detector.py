@@ -69,11 +69,11 @@ from agent.frames import (
     TimelineEventFrame,
     TurnEndReasonFrame,
 )
-from agent.recognition.backchannel import is_backchannel, words_of
-from agent.recognition.openers import only_opens
-from agent.recognition.sound_onset import SoundOnset
 from agent.recognition.utterance import NOISE_MAX_SECS, has_words
 from agent.settings import TurnSettings
+from agent.turns.backchannel import is_backchannel, words_of
+from agent.turns.openers import only_opens
+from agent.turns.sound_onset import SoundOnset
 
 SMART_TURN_MAX_SECS = 8
 NARROWBAND_RATE = 8000  # Silero's telephone model
@@ -119,7 +119,7 @@ class EndOfTurnPolicy:
     The bar falls as the silence grows: ``sure`` at the stop window, down to ``lean`` once the
     silence reaches ``patience``; a transcript that ends a sentence lowers it by
     ``text_credit``; unfinished words end nothing before ``patience``: openers alone ("Hi,",
-    agent.recognition.openers), or two words or more after which the LLM sees the message
+    agent.turns.openers), or two words or more after which the LLM sees the message
     going on (its probability of an end there under ``unfinished_below``), that
     recognition closed with a full stop it nearly wrote as a comma (``goes_on_above``: the
     voice went on, as at "a long round arch, [pause] with its path"), or that it did not

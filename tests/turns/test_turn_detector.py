@@ -23,7 +23,7 @@ from pipecat.tests.utils import run_test
 from agent.audio import load_audio, speech_bounds
 from agent.clock import CallClock, ComputeClock
 from agent.frames import HoldBotAudioFrame, OverlapCheckFrame
-from agent.recognition.turn_detector import REJUDGE_SECS, TurnDetector, TurnModels
+from agent.turns.detector import REJUDGE_SECS, TurnDetector, TurnModels
 from tests.support.clips import CORPUS, SAMPLES
 
 pytestmark = pytest.mark.slow

@@ -7,9 +7,9 @@ import pytest
 from pipecat.audio.vad.vad_analyzer import VADParams, VADState
 
 from agent.audio import load_audio
-from agent.recognition.turn_detector import SharedSileroVAD, TurnModels
 from agent.settings import Settings, TurnSettings
 from agent.transports.g711 import through_phone_line
+from agent.turns.detector import SharedSileroVAD, TurnModels
 from tests.support.clips import CORPUS, SAMPLES, needs_corpus
 
 pytestmark = pytest.mark.slow

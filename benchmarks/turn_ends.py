@@ -66,6 +66,8 @@ from tests.support.clips import CORPUS
 
 SETS = ("main", "pauses", "short", "phone", "backchannel", "dictation")
 OVER_THE_BOT = ("backchannel",)  # said while the bot talks
+# The answers are not what is checked, and at compute pace the call waits for each whole one.
+LLM_CHANGES = {"keepalive_secs": 0, "max_tokens": 4}
 # What the detector pushes downstream, noted with the time it passed.
 PUSHED = (
     TurnEndReasonFrame,
@@ -122,7 +124,7 @@ class TalkingBot(FrameProcessor):
 def one_clip(corpus: Path, clip: str, decoder: WhisperDecoder, engine: InProcessLlama) -> dict:
     """One clip as one call at compute pace: its turn ends, the detector's frames, finals."""
     settings = Settings()
-    llm_settings = settings.llm.model_copy(update={"keepalive_secs": 0})
+    llm_settings = settings.llm.model_copy(update=LLM_CHANGES)
     clock = ComputeClock()
     frames: list = []
     ends: list = []
@@ -163,7 +165,7 @@ def run(corpus: Path, sets: list[str], out: Path) -> None:
     settings = Settings()
     decoder = WhisperDecoder.from_settings(settings.asr, settings.models_dir)
     gguf = model_store.resolve(settings.llm.model, "llm", settings.models_dir)
-    engine = InProcessLlama(gguf, settings.llm.model_copy(update={"keepalive_secs": 0}))
+    engine = InProcessLlama(gguf, settings.llm.model_copy(update=LLM_CHANGES))
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
     ).stdout.strip()

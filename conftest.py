@@ -16,7 +16,7 @@ import pytest
 
 from agent import model_store
 from agent.settings import Settings
-from agent.turns.detector import TurnModels
+from agent.turns.vad import TurnModels
 from tests.support import clips
 
 # Fixtures that hold a real model, or a run or server made with them.

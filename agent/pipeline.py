@@ -37,7 +37,10 @@ from agent.settings import Settings
 from agent.synthesis.chunker import PhraseChunker
 from agent.synthesis.guard import PhraseGuard
 from agent.synthesis.piper_tts import PiperTTS, PiperVoiceModel
-from agent.turns.detector import SMART_TURN_MAX_SECS, TurnDetector, TurnModels
+from agent.turns.detector import TurnDetector
+from agent.turns.pipecat_compat import smart_turn_probability
+from agent.turns.smart_turn import SMART_TURN_MAX_SECS
+from agent.turns.vad import TurnModels
 
 
 @dataclass
@@ -64,7 +67,9 @@ class AgentModels:
         for secs in (1.0, 4.0):  # an interim window and a whole short turn
             hiss = rng.normal(0, 0.003, int(secs * RATE)).astype(np.float32)
             self.decoder.transcribe(hiss, True)
-        self.turn.smart_turn._predict_endpoint(np.zeros(RATE * SMART_TURN_MAX_SECS, np.float32))
+        smart_turn_probability(
+            self.turn.smart_turn, np.zeros(RATE * SMART_TURN_MAX_SECS, np.float32)
+        )
 
 
 @contextmanager

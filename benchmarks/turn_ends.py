@@ -61,7 +61,8 @@ from agent.recognition.whisper_decoder import RATE, WhisperDecoder
 from agent.settings import Settings
 from agent.timing.call_recorder import CallRecorder
 from agent.transports.replay import ReplayInput, ReplayTurn
-from agent.turns.detector import TurnDetector, TurnModels
+from agent.turns.detector import TurnDetector
+from agent.turns.vad import TurnModels
 from tests.support.clips import CORPUS
 
 SETS = ("main", "pauses", "short", "phone", "backchannel", "dictation")

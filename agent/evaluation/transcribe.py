@@ -40,7 +40,8 @@ from agent.recognition.whisper_decoder import MAX_WINDOW_SECS, RATE, WhisperDeco
 from agent.settings import Settings
 from agent.timing.call_recorder import CallRecorder
 from agent.transports.replay import ReplayInput, ReplayTurn
-from agent.turns.detector import TurnDetector, TurnModels
+from agent.turns.detector import TurnDetector
+from agent.turns.vad import TurnModels
 
 
 @dataclass

@@ -278,7 +278,7 @@ def test_a_turn_after_an_answer_heard_out_is_a_new_turn(decoder, settings, answe
 
     async def noting(detector: TurnDetector, start: float) -> None:
         await open_turn(detector, start)
-        spans_secs.append((detector._heard - detector._turn_from) / RATE)
+        spans_secs.append((detector._heard - detector._continuation.turn_from) / RATE)
 
     monkeypatch.setattr(TurnDetector, "_open_turn", noting)
     spy = ContextSpy(decoder)

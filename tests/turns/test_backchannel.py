@@ -31,7 +31,8 @@ from agent.settings import Settings
 from agent.timing.call_recorder import CallRecorder
 from agent.transports.replay import ReplayInput, ReplayTurn
 from agent.turns.backchannel import is_backchannel
-from agent.turns.detector import TurnDetector, TurnModels
+from agent.turns.detector import TurnDetector
+from agent.turns.vad import TurnModels
 from tests.support.clips import CORPUS
 from tests.support.transcripts import normalise
 

@@ -30,8 +30,10 @@ from agent.settings import Settings
 from agent.synthesis.piper_tts import PiperVoiceModel
 from agent.timing.call_recorder import CallRecorder
 from agent.transports.replay import ReplayInput, ReplayTurn
-from agent.turns.detector import EndOfTurnPolicy, TurnDetector, TurnModels
+from agent.turns.detector import TurnDetector
 from agent.turns.openers import only_opens
+from agent.turns.policy import EndOfTurnPolicy
+from agent.turns.vad import TurnModels
 from tests.support.clips import CORPUS, SAMPLES, needs_corpus
 from tests.support.fakes import HeardOut
 from tests.support.transcripts import normalise

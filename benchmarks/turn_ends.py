@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import subprocess
 import sys
@@ -159,7 +160,9 @@ def one_clip(corpus: Path, clip: str, decoder: WhisperDecoder, engine: InProcess
 
 
 def clips(corpus: Path, sets: list[str]) -> list[str]:
-    return [f"{s}/{p.name}" for s in sets for p in sorted((corpus / s).glob("*.wav"))]
+    """The sets' clips taken in turn (a run stopped early has clips of every set)."""
+    each = [[f"{s}/{p.name}" for p in sorted((corpus / s).glob("*.wav"))] for s in sets]
+    return [c for row in itertools.zip_longest(*each) for c in row if c is not None]
 
 
 def run(corpus: Path, sets: list[str], out: Path) -> None:
@@ -171,8 +174,12 @@ def run(corpus: Path, sets: list[str], out: Path) -> None:
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
     ).stdout.strip()
     result: dict = {"commit": commit, "clips": {}}
+    if out.exists():  # a run stopped early goes on where it stopped
+        result["clips"] = json.loads(out.read_text())["clips"]
     out.parent.mkdir(parents=True, exist_ok=True)
     for clip in clips(corpus, sets):
+        if clip in result["clips"]:
+            continue
         result["clips"][clip] = one_clip(corpus, clip, decoder, engine)
         ends = result["clips"][clip]["ends"]
         print(clip, [(e["at_ms"], e["reason"], e["value"]) for e in ends], flush=True)

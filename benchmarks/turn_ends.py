@@ -190,20 +190,19 @@ def end_key(end: dict) -> tuple:
     return end["at_ms"], end["reason"], end["value"]
 
 
-def diff(before: dict, after: dict) -> list[str]:
-    """One line per clip whose turn ends or detector frames differ, or that one run lacks."""
+def diff(before: dict, after: dict) -> tuple[list[str], list[str]]:
+    """The clips both runs have, and one line per clip whose turn ends or detector frames
+    differ."""
+    both = sorted(set(before["clips"]) & set(after["clips"]))
     lines: list[str] = []
-    for clip in sorted(set(before["clips"]) | set(after["clips"])):
-        was, now = before["clips"].get(clip), after["clips"].get(clip)
-        if was is None or now is None:
-            lines.append(f"{clip}: only in {'after' if was is None else 'before'}")
-            continue
+    for clip in both:
+        was, now = before["clips"][clip], after["clips"][clip]
         a, b = [end_key(e) for e in was["ends"]], [end_key(e) for e in now["ends"]]
         if a != b:
             lines.append(f"{clip}: turn ends {a} -> {b}")
         elif was["frames"] != now["frames"]:
             lines.append(f"{clip}: same turn ends, detector frames differ")
-    return lines
+    return both, lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -215,11 +214,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.diff:
         before, after = (json.loads(p.read_text()) for p in args.diff)
-        lines = diff(before, after)
+        both, lines = diff(before, after)
         print("\n".join(lines))
-        turns = sum(len(c["ends"]) for c in before["clips"].values())
-        print(f"{len(before['clips'])} clips, {turns} turn ends, {len(lines)} differ "
-              f"({before['commit']} -> {after['commit']})")  # fmt: skip
+        turns = sum(len(before["clips"][c]["ends"]) for c in both)
+        per_set = ", ".join(f"{s} {sum(c.startswith(s + '/') for c in both)}" for s in SETS)
+        alone = len(set(before["clips"]) ^ set(after["clips"]))
+        print(f"{len(both)} clips in both runs ({per_set}), {turns} turn ends, "
+              f"{len(lines)} clips differ; {alone} clips in one run only")  # fmt: skip
         return 1 if lines else 0
     sets = [s for s in args.sets.split(",") if s]
     unknown = [s for s in sets if not (args.corpus / s).is_dir()]

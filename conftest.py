@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from agent import model_store
-from agent.recognition.turn_detector import TurnModels
 from agent.settings import Settings
+from agent.turns.vad import TurnModels
 from tests.support import clips
 
 # Fixtures that hold a real model, or a run or server made with them.

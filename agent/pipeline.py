@@ -32,7 +32,6 @@ from agent.llm.servers.llama import LlamaServer
 from agent.llm.servers.vllm import VllmServer
 from agent.llm.service import StreamingLLM, dated
 from agent.recognition.streaming_stt import StreamingWhisperSTT
-from agent.recognition.turn_detector import SMART_TURN_MAX_SECS, TurnDetector, TurnModels
 from agent.recognition.whisper_decoder import RATE, WhisperDecoder
 from agent.settings import Settings
 from agent.synthesis.chunker import PhraseChunker
@@ -41,6 +40,10 @@ from agent.synthesis.piper_tts import PiperTTS, PiperVoiceModel
 from agent.timing import cpu
 from agent.tools.knowledge import Knowledge
 from agent.tools.runner import check_implementations
+from agent.turns.detector import TurnDetector
+from agent.turns.pipecat_compat import smart_turn_probability
+from agent.turns.smart_turn import SMART_TURN_MAX_SECS
+from agent.turns.vad import TurnModels
 
 
 @dataclass
@@ -75,7 +78,9 @@ class AgentModels:
         for secs in (1.0, 4.0):  # an interim window and a whole short turn
             hiss = rng.normal(0, 0.003, int(secs * RATE)).astype(np.float32)
             self.decoder.transcribe(hiss, True)
-        self.turn.smart_turn._predict_endpoint(np.zeros(RATE * SMART_TURN_MAX_SECS, np.float32))
+        smart_turn_probability(
+            self.turn.smart_turn, np.zeros(RATE * SMART_TURN_MAX_SECS, np.float32)
+        )
 
 
 @contextmanager

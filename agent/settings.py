@@ -270,7 +270,7 @@ class TurnSettings(BaseModel):
         gt=0,
         description="silence after which words the LLM takes as finished "
         "(words_finished_above) end the turn, at the first of the detector's judgements "
-        "(turn_detector.REJUDGE_SECS) that reaches it; None: Smart Turn decides",
+        "(agent.turns.detector.REJUDGE_SECS) that reaches it; None: Smart Turn decides",
     )
     phone_smart_turn_lean: float | None = Field(
         None,

@@ -48,11 +48,12 @@ from agent.audio import speech_bounds
 from agent.clock import CallClock
 from agent.pipeline import run_pipeline
 from agent.recognition.streaming_stt import StreamingWhisperSTT
-from agent.recognition.turn_detector import TurnDetector, TurnModels
 from agent.recognition.whisper_decoder import RATE, WhisperDecoder
 from agent.settings import Settings, TurnSettings
 from agent.timing.budget import rounded_percentile
 from agent.transports.g711 import through_phone_line
+from agent.turns.detector import TurnDetector
+from agent.turns.vad import TurnModels
 from benchmarks.results import write_json
 from tests.support.clips import load_clip
 

@@ -38,19 +38,17 @@ from pipecat.audio.vad.vad_analyzer import VADState
 from agent import model_store
 from agent.audio import load_audio
 from agent.llm.engines.chat import InProcessLlama
-from agent.recognition.turn_detector import (
-    REJUDGE_SECS,
-    SMART_TURN_LEAD_SECS,
-    SMART_TURN_MAX_SECS,
-    EndOfTurnPolicy,
-    SharedSileroVAD,
-    TurnModels,
-    ends_sentence,
-)
 from agent.recognition.whisper_decoder import RATE, WhisperDecoder
 from agent.settings import Settings
 from agent.timing.budget import rounded_percentile
 from agent.transports.g711 import through_phone_line
+from agent.turns.detector import REJUDGE_SECS
+from agent.turns.options import VadOptions
+from agent.turns.pipecat_compat import smart_turn_probability
+from agent.turns.policy import EndOfTurnPolicy
+from agent.turns.smart_turn import SMART_TURN_LEAD_SECS, SMART_TURN_MAX_SECS
+from agent.turns.vad import SharedSileroVAD, TurnModels
+from agent.turns.words import ends_sentence
 from benchmarks.results import write_json
 from tests.support.clips import CORPUS
 
@@ -85,7 +83,7 @@ async def trace_clip(
         samples = through_phone_line(samples)
     samples = np.concatenate([samples, np.zeros(int(TAIL_SECS * RATE), np.int16)])
     t = s.turn
-    vad = SharedSileroVAD.for_turns(models.silero, t, RATE)
+    vad = SharedSileroVAD.for_turns(models.silero, VadOptions.from_settings(t), RATE)
     state = VADState.QUIET
     turn_start: int | None = None
     stops: list[tuple[int, int | None, int]] = []  # (stop sample, resume sample, turn start)
@@ -111,8 +109,10 @@ async def trace_clip(
         def smart_turn(offset: float, at: int = at, end: int = end) -> float:
             upto = min(end, at + int(offset * RATE))
             window = samples[max(heard_from, upto - SMART_TURN_MAX_SECS * RATE) : upto]
-            result = models.smart_turn._predict_endpoint(window.astype(np.float32) / 32768.0)
-            return round(float(result["probability"]), 4)
+            probability = smart_turn_probability(
+                models.smart_turn, window.astype(np.float32) / 32768.0
+            )
+            return round(probability, 4)
 
         silence = (end - at) / RATE
         heard = decoder.transcribe(samples[start:at].astype(np.float32) / 32768.0, goes_on=True)
@@ -192,7 +192,7 @@ def words_only(stop_secs: float, at_least: float) -> Policy:
 
 
 def adaptive(policy: EndOfTurnPolicy) -> Policy:
-    """The shipped detector's rule (agent.recognition.turn_detector.EndOfTurnPolicy)."""
+    """The shipped detector's rule (agent.turns.detector.EndOfTurnPolicy)."""
 
     def decide(stop: Stop) -> float | None:
         for offset in (o for o in OFFSETS if o in stop.p):

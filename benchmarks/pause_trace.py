@@ -77,8 +77,8 @@ def instrument(trace: Trace) -> None:
     """Wrap the agent's classes in this process, so every call anywhere in it is traced."""
     from agent import frames
     from agent.llm.engines.chat import InProcessLlama
-    from agent.recognition.turn_detector import TurnDetector
     from agent.recognition.whisper_decoder import WhisperDecoder
+    from agent.turns.detector import TurnDetector
 
     trace.timed(WhisperDecoder, "transcribe", "pass")
     trace.timed(TurnDetector, "_completion_probability", "smart")

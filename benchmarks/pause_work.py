@@ -27,10 +27,11 @@ from rich.table import Table
 
 from agent.audio import load_audio
 from agent.evaluation.manifest import load_manifest
-from agent.recognition.turn_detector import TurnModels
 from agent.recognition.whisper_decoder import RATE, WhisperDecoder
 from agent.settings import Settings
 from agent.timing.budget import rounded_percentile
+from agent.turns.pipecat_compat import smart_turn_probability
+from agent.turns.vad import TurnModels
 from benchmarks.pool import cpu_model
 from benchmarks.results import write_json
 
@@ -51,7 +52,7 @@ def measure(turns: list[np.ndarray]) -> dict[str, list[float]]:
         return _ms(lambda: decoder.transcribe(audio, goes_on=True))
 
     def verdict(audio: np.ndarray) -> float:
-        return _ms(lambda: smart_turn._predict_endpoint(audio))
+        return _ms(lambda: smart_turn_probability(smart_turn, audio))
 
     times: dict[str, list[float]] = {
         k: [] for k in ("pass alone", "verdict alone", "pass beside", "verdict beside", "both")

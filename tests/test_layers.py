@@ -19,6 +19,7 @@ LAYERS: tuple[dict[str, tuple[str, ...]], ...] = (
     {"live": ("agent.live",), "evaluation": ("agent.evaluation",)},
     {"replay": ("agent.replay",)},
     {"pipeline": ("agent.pipeline",)},
+    {"turns": ("agent.turns",)},
     {"transports": ("agent.transports",), "recognition": ("agent.recognition",),
      "llm": ("agent.llm",), "synthesis": ("agent.synthesis",), "reports": ("agent.reports",)},
     {"tools": ("agent.tools",)},

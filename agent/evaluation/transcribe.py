@@ -36,11 +36,12 @@ from agent.frames import (
 )
 from agent.pipeline import run_pipeline
 from agent.recognition.streaming_stt import StreamingWhisperSTT
-from agent.recognition.turn_detector import TurnDetector, TurnModels
 from agent.recognition.whisper_decoder import MAX_WINDOW_SECS, RATE, WhisperDecoder
 from agent.settings import Settings
 from agent.timing.call_recorder import CallRecorder
 from agent.transports.replay import ReplayInput, ReplayTurn
+from agent.turns.detector import TurnDetector
+from agent.turns.vad import TurnModels
 
 
 @dataclass

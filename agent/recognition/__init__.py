@@ -1,1 +1,1 @@
-"""Voice activity, end-of-turn detection and streaming speech recognition."""
+"""Streaming speech recognition: what the caller said, pass by pass."""

@@ -22,6 +22,8 @@ SHORT_NAMES = {
     "first_phrase": "phrase",
     "tts_ttfb": "tts",
     "transport_out": "out",
+    "retrieval": "kb",
+    "tool": "tool",
 }
 
 OVER = "!"  # after a value over the budget's per-turn limit

@@ -22,11 +22,12 @@ from agent.evaluation.transcribe import (
 )
 from agent.pipeline import run_pipeline
 from agent.recognition.streaming_stt import StreamingWhisperSTT
-from agent.recognition.turn_detector import TurnDetector, TurnModels
 from agent.recognition.utterance import agreed_prefix, drop_overlap
 from agent.recognition.whisper_decoder import RATE, WhisperDecoder, hallucination_cut
 from agent.timing.call_recorder import CallRecorder
 from agent.transports.replay import ReplayInput, ReplayTurn
+from agent.turns.detector import TurnDetector
+from agent.turns.vad import TurnModels
 from tests.support.clips import CORPUS, SAMPLES
 from tests.support.transcripts import normalise, wer
 

@@ -19,11 +19,11 @@ from agent.audio import load_audio
 from agent.clock import ComputeClock
 from agent.evaluation.transcribe import final_texts, transcribe_stream
 from agent.recognition.streaming_stt import CONTEXT_MAX_SECS, _PreviousTurn
-from agent.recognition.turn_detector import TurnDetector
 from agent.recognition.utterance import Utterance
 from agent.recognition.whisper_decoder import RATE, Context, WhisperDecoder, Word
 from agent.transports.g711 import through_phone_line
 from agent.transports.replay import ReplayTurn
+from agent.turns.detector import TurnDetector
 from tests.support.clips import CORPUS
 from tests.support.fakes import HeardOut
 from tests.support.transcripts import normalise, wer
@@ -278,7 +278,7 @@ def test_a_turn_after_an_answer_heard_out_is_a_new_turn(decoder, settings, answe
 
     async def noting(detector: TurnDetector, start: float) -> None:
         await open_turn(detector, start)
-        spans_secs.append((detector._heard - detector._turn_from) / RATE)
+        spans_secs.append((detector._heard - detector._continuation.turn_from) / RATE)
 
     monkeypatch.setattr(TurnDetector, "_open_turn", noting)
     spy = ContextSpy(decoder)

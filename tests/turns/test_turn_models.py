@@ -7,9 +7,10 @@ import pytest
 from pipecat.audio.vad.vad_analyzer import VADParams, VADState
 
 from agent.audio import load_audio
-from agent.recognition.turn_detector import SharedSileroVAD, TurnModels
 from agent.settings import Settings, TurnSettings
 from agent.transports.g711 import through_phone_line
+from agent.turns.options import VadOptions
+from agent.turns.vad import SharedSileroVAD, TurnModels
 from tests.support.clips import CORPUS, SAMPLES, needs_corpus
 
 pytestmark = pytest.mark.slow
@@ -66,7 +67,7 @@ UNBROKEN = ("vctk_p226_016", "vctk_p226_019", "vctk_p228_008", "vctk_p228_011",
 def heard(turn: TurnSettings, audio: np.ndarray) -> tuple[int, int]:
     """How often the turn settings' VAD hears speech start and pause in the audio (with
     half a second of silence before it and one after)."""
-    vad = SharedSileroVAD.for_turns(TurnModels.load().silero, turn, RATE)
+    vad = SharedSileroVAD.for_turns(TurnModels.load().silero, VadOptions.from_settings(turn), RATE)
     padded = np.concatenate([np.zeros(RATE // 2, np.int16), audio, np.zeros(RATE, np.int16)])
     seen = states(vad, padded)
     pairs = list(zip(seen, seen[1:], strict=False))

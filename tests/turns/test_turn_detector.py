@@ -23,7 +23,8 @@ from pipecat.tests.utils import run_test
 from agent.audio import load_audio, speech_bounds
 from agent.clock import CallClock, ComputeClock
 from agent.frames import HoldBotAudioFrame, OverlapCheckFrame
-from agent.recognition.turn_detector import REJUDGE_SECS, TurnDetector, TurnModels
+from agent.turns.detector import REJUDGE_SECS, TurnDetector
+from agent.turns.vad import TurnModels
 from tests.support.clips import CORPUS, SAMPLES
 
 pytestmark = pytest.mark.slow
@@ -218,10 +219,14 @@ class VerdictTimedDetector(AudioClockedDetector):
         super().__init__(*args, **kwargs)
         self.judged_ms: list[float] = []
         self.window_passed_ms: list[float] = []
+        assert self._smart_turn is not None
+        probability = self._smart_turn.probability
 
-    def _completion_probability(self, audio: np.ndarray) -> float:
-        self.judged_ms.append(len(audio) * 1000 / RATE)
-        return super()._completion_probability(audio)
+        def noting(audio: np.ndarray) -> float:
+            self.judged_ms.append(len(audio) * 1000 / RATE)
+            return probability(audio)
+
+        self._smart_turn.probability = noting  # type: ignore[method-assign]
 
     async def push_frame(self, frame, direction=FrameDirection.DOWNSTREAM):
         if isinstance(frame, VADUserStoppedSpeakingFrame):
@@ -247,11 +252,16 @@ async def test_smart_turn_judges_the_audio_at_the_vad_pause_not_after_the_stop_w
 class TextWaitCounter(AudioClockedDetector):
     """Counts the stops at which it waited for recognition's pause transcript."""
 
-    waits = 0
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.waits = 0
+        arrived = self._words.text_arrived
 
-    async def _pause_text_arrived(self) -> bool:
-        self.waits += 1
-        return await super()._pause_text_arrived()
+        async def counting() -> bool:
+            self.waits += 1
+            return await arrived()
+
+        self._words.text_arrived = counting  # type: ignore[method-assign]
 
 
 @pytest.mark.parametrize(("speech_ms", "waits"), [(500, True), (None, False)])

@@ -25,13 +25,14 @@ from agent.clock import ComputeClock
 from agent.evaluation.transcribe import TranscriptCollector, TranscriptEvent
 from agent.frames import HoldBotAudioFrame
 from agent.pipeline import run_pipeline
-from agent.recognition.backchannel import is_backchannel
 from agent.recognition.streaming_stt import StreamingWhisperSTT
-from agent.recognition.turn_detector import TurnDetector, TurnModels
 from agent.recognition.whisper_decoder import RATE, WhisperDecoder
 from agent.settings import Settings
 from agent.timing.call_recorder import CallRecorder
 from agent.transports.replay import ReplayInput, ReplayTurn
+from agent.turns.backchannel import is_backchannel
+from agent.turns.detector import TurnDetector
+from agent.turns.vad import TurnModels
 from tests.support.clips import CORPUS
 from tests.support.transcripts import normalise
 

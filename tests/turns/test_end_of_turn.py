@@ -24,14 +24,16 @@ from agent.llm.context import UserTurnAggregator
 from agent.llm.engines.chat import InProcessLlama
 from agent.llm.service import StreamingLLM
 from agent.pipeline import run_pipeline
-from agent.recognition.openers import only_opens
 from agent.recognition.streaming_stt import StreamingWhisperSTT
-from agent.recognition.turn_detector import EndOfTurnPolicy, TurnDetector, TurnModels
 from agent.recognition.whisper_decoder import RATE, WhisperDecoder
 from agent.settings import Settings
 from agent.synthesis.piper_tts import PiperVoiceModel
 from agent.timing.call_recorder import CallRecorder
 from agent.transports.replay import ReplayInput, ReplayTurn
+from agent.turns.detector import TurnDetector
+from agent.turns.openers import only_opens
+from agent.turns.policy import EndOfTurnPolicy
+from agent.turns.vad import TurnModels
 from tests.support.clips import CORPUS, SAMPLES, needs_corpus
 from tests.support.fakes import HeardOut
 from tests.support.transcripts import normalise

@@ -7,8 +7,8 @@ not openers."""
 
 from __future__ import annotations
 
-from agent.recognition.backchannel import words_of
 from agent.recognition.utterance import has_words
+from agent.turns.backchannel import words_of
 
 OPENER_WORDS = frozenset(
     "hi hello hey there okay ok so well and but oh great right alright all thanks thank you "

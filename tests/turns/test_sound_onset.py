@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from agent.audio import load_audio, speech_bounds
-from agent.recognition.sound_onset import SoundOnset
+from agent.turns.sound_onset import SoundOnset
 from tests.support.clips import SAMPLES
 
 RATE = 16000

@@ -15,7 +15,7 @@ import soxr
 
 from agent.audio import load_audio
 from agent.timing.callwav import load_thresholds, measure_call
-from agent.timing.timeline import EVENTS, STAGE_NAMES
+from agent.timing.timeline import EVENTS, PART_STAGES, STAGE_NAMES
 from tests.support.clips import SAMPLES
 from tests.support.transcripts import wer
 
@@ -78,7 +78,7 @@ def test_turn_records_follow_the_replay_contract(run, manifest):
         assert wer(manifest[clip]["text"], turn["user_text"]) <= 0.25, turn["user_text"]
         assert len(turn["bot_text"].split()) >= 2
         assert turn["voice_to_voice_ms"] == turn["stages"]["voice_to_voice"] > 0
-        parts = [turn["stages"][n] for n in STAGE_NAMES if n != "voice_to_voice"]
+        parts = [turn["stages"][n] for n in PART_STAGES]
         assert round(sum(parts) + sum(turn["gaps"].values()), 1) == turn["voice_to_voice_ms"]
         assert set(turn["budget"]) <= set(STAGE_NAMES)
         assert turn["interrupted"] is False

@@ -27,7 +27,7 @@ from agent.reports.load import load_run, load_runs
 from agent.timing.budget import default_budget_file, load_budget
 from agent.timing.record import TurnRecord, jsonl
 from agent.timing.summary import ms, stage_values, summarize
-from agent.timing.timeline import STAGE_NAMES, stages_and_gaps
+from agent.timing.timeline import PART_STAGES, STAGE_NAMES, stages_and_gaps
 from tests.support.clips import SAMPLES
 from tests.support.fakes import scripted_run
 
@@ -220,7 +220,8 @@ def test_html_renders_in_chromium_without_console_errors(run, reports, tmp_path)
     answered = sum(t.voice_to_voice_ms is not None for t in turns)
     assert bars.count("voice_to_voice") == answered and bars.count("llm_ttft") == answered
     assert len(re.findall(r'<circle class="turn-dot"', dom)) == answered
-    assert len(re.findall(r'<rect class="box"', dom)) >= len(STAGE_NAMES)
+    # a box per stage these turns have: voice-to-voice and its parts (no tool, no retrieval)
+    assert len(re.findall(r'<rect class="box"', dom)) >= 1 + len(PART_STAGES)
     shot = tmp_path / "report.png"
     done = chromium(f"--screenshot={shot}", "--window-size=1200,2000", page)
     assert shot.is_file() and shot.stat().st_size > 50_000, done.stderr[-2000:]

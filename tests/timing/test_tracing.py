@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from agent.settings import PROJECT_ROOT, Settings
 from agent.timing.record import TurnRecord
-from agent.timing.timeline import STAGE_NAMES
+from agent.timing.timeline import PART_STAGES
 from agent.timing.tracing import TurnTracer, traces_url, turn_tracer
 from tests.support.live_turns import (
     default_budget,
@@ -33,7 +33,8 @@ from tests.support.live_turns import (
     turn_from,
 )
 
-CHILDREN = (*STAGE_NAMES, "stt_to_llm")
+# a turn without tools or knowledge: voice-to-voice, its parts and the gap
+CHILDREN = ("voice_to_voice", *PART_STAGES, "stt_to_llm")
 
 
 class Collector(ThreadingHTTPServer):

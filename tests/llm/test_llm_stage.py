@@ -24,7 +24,7 @@ from agent.llm.prompt import prompt_messages
 from agent.llm.service import StreamingLLM
 from agent.net import free_port
 from tests.support.compute_pace import run_paced
-from tests.support.fakes import ANSWER, ScriptedEngine
+from tests.support.fakes import ANSWER, InterruptAtFirstToken, ScriptedEngine
 
 
 @pytest.fixture(scope="module")
@@ -95,21 +95,6 @@ async def test_engine_down_speaks_a_fallback_and_records_the_error(settings):
     assert said == [settings.llm.fallback_lines[0]]
     usage = next(f for f in down if isinstance(f, af.LLMUsageFrame))
     assert usage.error and "APIConnectionError" in usage.error
-
-
-class InterruptAtFirstToken(FrameProcessor):
-    """Barges in the moment the answer's first token arrives, however long that takes."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.done = False
-
-    async def process_frame(self, frame, direction):
-        await super().process_frame(frame, direction)
-        await self.push_frame(frame, direction)
-        if isinstance(frame, pf.LLMTextFrame) and not self.done:
-            self.done = True
-            await self.broadcast_interruption()
 
 
 async def test_the_default_model_hears_words_stopped_midway_as_going_on(inprocess, settings):

@@ -10,7 +10,6 @@ from pathlib import Path
 from pipecat.frames import frames as pf
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.processors.aggregators.llm_context import LLMContext
-from pipecat.processors.frame_processor import FrameProcessor
 from pipecat.tests.utils import SleepFrame
 
 from agent import frames as af
@@ -20,7 +19,7 @@ from agent.settings import LLMSettings, ToolSpec, ToolsSettings
 from agent.tools.knowledge import Knowledge
 from agent.tools.runner import ToolCall
 from tests.support.compute_pace import run_paced
-from tests.support.fakes import ScriptedToolEngine
+from tests.support.fakes import InterruptAtFirstToken, ScriptedToolEngine
 
 LLM = LLMSettings(keepalive_secs=0, speculate=True)
 ARGS = {"date": "2026-12-12", "time": "19:00", "party_size": 2}
@@ -68,21 +67,6 @@ def stage(engine: ScriptedToolEngine, **kwargs) -> tuple[StreamingLLM, ComputeCl
     clock = ComputeClock()
     CLOCK[:] = [clock]
     return StreamingLLM(engine, LLM, clock, tools=kwargs.pop("tools", TOOLS), **kwargs), clock
-
-
-class InterruptAtFiller(FrameProcessor):
-    """The caller talks over the filler line: a barge-in while the tool still runs."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.done = False
-
-    async def process_frame(self, frame, direction):
-        await super().process_frame(frame, direction)
-        await self.push_frame(frame, direction)
-        if isinstance(frame, pf.LLMTextFrame) and not self.done:
-            self.done = True
-            await self.broadcast_interruption()
 
 
 def texts(down: list) -> str:
@@ -138,7 +122,7 @@ async def test_a_barge_in_during_a_tool_call_stops_the_answer_and_books_nothing_
     call = ToolCall("book_table", ARGS, "call_0")
     engine = ScriptedToolEngine([call], [call], "Yes, your booking is R1.")
     llm, clock = stage(engine)
-    barge_in = InterruptAtFiller()
+    barge_in = InterruptAtFirstToken()  # the caller talks over the filler line
     down, _ = await run_paced(
         Pipeline([llm, barge_in]),
         frames_to_send=[

@@ -15,6 +15,7 @@ from pipecat.frames.frames import (
     BotStartedSpeakingFrame,
     BotStoppedSpeakingFrame,
     Frame,
+    LLMTextFrame,
     TranscriptionFrame,
 )
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
@@ -100,12 +101,26 @@ class ScriptedEngine:
         return self.end_probability
 
 
-class ScriptedAnswers:
-    """Streams the next scripted answer word by word; records each request and how many
-    tokens the stage took before it closed the stream."""
+class IdleHooks:
+    """A scripted engine's hooks that do nothing: no prefill, no pause between tokens, no
+    verdict on the words (None: the stage judges them without the engine)."""
 
     name = "scripted"
     needs_keepalive = False
+
+    async def prefill(self, messages: list[dict[str, Any]]) -> None:
+        pass
+
+    def pause_decoding(self, paused: bool) -> None:
+        pass
+
+    async def end_of_message(self, messages: list[dict[str, Any]]) -> float | None:
+        return None
+
+
+class ScriptedAnswers(IdleHooks):
+    """Streams the next scripted answer word by word; records each request and how many
+    tokens the stage took before it closed the stream."""
 
     def __init__(self, *answers: str) -> None:
         self.answers = list(answers)
@@ -129,23 +144,11 @@ class ScriptedAnswers:
             yield token
         yield Usage(10, 5, len(tokens))
 
-    async def prefill(self, messages: list[dict[str, Any]]) -> None:
-        pass
 
-    def pause_decoding(self, paused: bool) -> None:
-        pass
-
-    async def end_of_message(self, messages: list[dict[str, Any]]) -> float | None:
-        return None
-
-
-class ScriptedToolEngine:
+class ScriptedToolEngine(IdleHooks):
     """A chat engine that plays a script of replies, one per request: a list of tool calls
     (what a model that calls tools yields instead of words) or an answer's text. It records
     every request's messages, so a test sees the tool results the model was given."""
-
-    name = "scripted"
-    needs_keepalive = False
 
     def __init__(self, *replies: list[ToolCall] | str, tools: list[dict] | None = None) -> None:
         self.replies = list(replies)
@@ -172,15 +175,6 @@ class ScriptedToolEngine:
                 for call in reply:
                     yield call
         yield Usage(len(messages) * 10, 0, 1)
-
-    async def prefill(self, messages: list[dict[str, Any]]) -> None:
-        pass
-
-    def pause_decoding(self, paused: bool) -> None:
-        pass
-
-    async def end_of_message(self, messages: list[dict[str, Any]]) -> float | None:
-        return None
 
 
 class ScriptedVoice:
@@ -259,3 +253,18 @@ class HeardOut(FrameProcessor):
         if isinstance(frame, TranscriptionFrame):
             await self.push_frame(BotStartedSpeakingFrame(), FrameDirection.UPSTREAM)
             await self.push_frame(BotStoppedSpeakingFrame(), FrameDirection.UPSTREAM)
+
+
+class InterruptAtFirstToken(FrameProcessor):
+    """Barges in the moment the answer's first token arrives, however long that takes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.done = False
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        await self.push_frame(frame, direction)
+        if isinstance(frame, LLMTextFrame) and not self.done:
+            self.done = True
+            await self.broadcast_interruption()
